@@ -1,0 +1,25 @@
+# The service alone, as production runs it: `python -m service serve`.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    STUDIO_HOST=0.0.0.0 \
+    STUDIO_PORT=8080
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY service ./service
+COPY config ./config
+COPY content ./content
+COPY templates ./templates
+# Editable install keeps config/, content/ and templates/ next to the package.
+RUN pip install -e . \
+    && useradd --system --uid 10001 --no-create-home studio
+
+USER studio
+EXPOSE 8080
+HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
+    CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=2).status != 200)"]
+CMD ["python", "-m", "service", "serve"]

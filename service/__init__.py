@@ -1,0 +1,3 @@
+"""Server of the Liuguang Studio AI image and video workbench."""
+
+__version__ = "0.1.0"

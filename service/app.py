@@ -1,0 +1,121 @@
+"""Build the application: one factory for `serve`, `dev` and the tests."""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+from typing import Any, Final
+
+import aiohttp_jinja2
+import jinja2
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from .content import Content, load_content
+from .discovery import render_machine_files
+from .documents import HTML_TYPE, document_handler, render_documents
+from .errors import fallback_handler, setup_errors
+from .headers import SecurityHeaders, content_security_policy, setup_headers
+from .keys import CONTENT, SETTINGS
+from .openapi import media_for
+from .redis_store import redis_ctx
+from .representation import Representation, prepare, respond
+from .routes import PUBLIC_ROUTES, setup_public_routes
+from .settings import ROOT, Settings, SettingsError, variable
+
+TEMPLATES_DIR: Final = ROOT / "templates"
+# Internal JSON bodies are small; anything bigger is refused with 413 before parsing.
+MAX_BODY_BYTES: Final = 16 * 1024
+
+
+def _static_handler(rep: Representation) -> Handler:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return respond(request, rep)
+
+    return handler
+
+
+def _template_context(settings: Settings, content: Content, css: str) -> dict[str, Any]:
+    return {
+        "site": content.site,
+        "base": settings.base_url,
+        "css": css,
+        "contact_email": settings.contact_email or content.site["contact_email"],
+        "trial_credits": settings.trial_credits,
+        "models": content.models,
+        "packs": content.packs,
+        "content_signal": "search=yes, ai-input=yes, ai-train=no",
+        "public_routes": PUBLIC_ROUTES,
+        "media_types": {r.kind: ", ".join(media_for(r.kind)) for r in PUBLIC_ROUTES},
+    }
+
+
+def _error_pages(
+    env: jinja2.Environment, context: dict[str, Any], security: SecurityHeaders
+) -> dict[int, Representation]:
+    template = env.get_template("error.html")
+    doc = {"lang": "zh-Hans", "path": "/"}
+    pages = {}
+    for status in (404, 405):
+        html = template.render(
+            **context, doc=doc, status=status, reason=HTTPStatus(status).phrase
+        )
+        pages[status] = prepare(
+            html.encode(),
+            HTML_TYPE,
+            {"Cache-Control": "no-store"},
+            security=security,
+            etag=False,
+            compress=False,
+        )
+    return pages
+
+
+def _api_app(security: SecurityHeaders) -> web.Application:
+    """Build the internal /api sub-application, where every middleware lives."""
+    api = web.Application(client_max_size=MAX_BODY_BYTES)
+    # Order matters: errors is outermost, so every failure below it, unknown
+    # paths and wrong methods included, becomes {"error": CODE}. Security
+    # headers ride on on_response_prepare and reach every answer.
+    setup_errors(api)
+    setup_headers(api, security)
+    return api
+
+
+def create_app(settings: Settings, *, content: Content | None = None) -> web.Application:
+    """Render everything public once, then wire the API and its resources."""
+    if not settings.redis_url:
+        raise SettingsError(f"{variable('redis_url')}: required")
+    content = content or load_content()
+    # The public surface serves prepared bytes: no middleware, no per-request
+    # signal, on the root app. Everything dynamic lives in the /api sub-app.
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app[SETTINGS] = settings
+    app[CONTENT] = content
+
+    env = aiohttp_jinja2.setup(
+        app,
+        loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
+        autoescape=jinja2.select_autoescape(("html", "xml")),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    css = (TEMPLATES_DIR / "site.css").read_text()
+    security = SecurityHeaders(https=settings.https, csp=content_security_policy(css))
+    context = _template_context(settings, content, css)
+    base_url = settings.base_url
+    documents = render_documents(env, content, context, base_url, security)
+    files = render_machine_files(env, content, context, base_url, security)
+    handlers = {name: document_handler(doc) for name, doc in documents.items()}
+    handlers |= {name: _static_handler(rep) for name, rep in files.items()}
+
+    setup_public_routes(app, handlers)
+    app.add_subapp("/api", _api_app(security))
+    public_paths = frozenset(route.path for route in PUBLIC_ROUTES)
+    app.router.add_route(
+        "*",
+        "/{tail:.*}",
+        fallback_handler(_error_pages(env, context, security), public_paths),
+        name="fallback",
+    )
+    app.cleanup_ctx.append(redis_ctx)
+    return app

@@ -1,0 +1,218 @@
+"""Load the settings once at start-up, validated, so nothing runs half-configured."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal, cast
+from urllib.parse import urlsplit
+
+from email_validator import EmailNotValidError, validate_email
+
+ROOT: Final = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG: Final = ROOT / "config" / "default.toml"
+ENV_PREFIX: Final = "STUDIO_"
+OVERLAY_VARIABLE: Final = "STUDIO_CONFIG"
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+SmtpTls = Literal["off", "starttls", "tls"]
+
+
+class SettingsError(ValueError):
+    """A setting is missing or malformed; the message names its variable."""
+
+
+@dataclass(frozen=True, slots=True)
+class SmtpSettings:
+    host: str
+    port: int
+    tls: SmtpTls
+    username: str
+    password: str = field(repr=False)
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    base_url: str
+    host: str
+    port: int
+    redis_url: str
+    secret_key: str = field(repr=False)
+    trusted_proxies: tuple[IPNetwork, ...]
+    contact_email: str
+    mail_from: str
+    trial_credits: int
+    data_dir: Path
+    smtp: SmtpSettings
+
+    @property
+    def https(self) -> bool:
+        """Tell whether the public origin is https (Secure cookies, HSTS)."""
+        return self.base_url.startswith("https://")
+
+
+def variable(dotted: str) -> str:
+    """Name the environment variable of a dotted setting key."""
+    return ENV_PREFIX + dotted.replace(".", "_").upper()
+
+
+def load_settings(
+    environ: Mapping[str, str] | None = None, defaults: Path = DEFAULT_CONFIG
+) -> Settings:
+    """Merge the default file, the optional overlay and STUDIO_* variables."""
+    env = os.environ if environ is None else environ
+    raw = _flatten(_read_toml(defaults, "defaults"))
+    if overlay := env.get(OVERLAY_VARIABLE):
+        for key, value in _flatten(_read_toml(Path(overlay), OVERLAY_VARIABLE)).items():
+            if key not in raw:
+                raise SettingsError(f"{OVERLAY_VARIABLE}: unknown setting {key!r}")
+            raw[key] = value
+    known = {variable(key): key for key in raw}
+    for name, value in env.items():
+        if not name.startswith(ENV_PREFIX) or name == OVERLAY_VARIABLE:
+            continue
+        if name not in known:
+            raise SettingsError(f"{name}: unknown setting")
+        raw[known[name]] = value
+    return _build(raw)
+
+
+def _read_toml(path: Path, label: str) -> dict[str, Any]:
+    try:
+        with path.open("rb") as file:
+            return tomllib.load(file)
+    except OSError as err:
+        raise SettingsError(f"{label}: cannot read {path}: {err.strerror}") from err
+    except tomllib.TOMLDecodeError as err:
+        raise SettingsError(f"{label}: {path} is not valid TOML: {err}") from err
+
+
+def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[prefix + key] = value
+    return flat
+
+
+def _build(raw: Mapping[str, Any]) -> Settings:
+    base_url = _base_url(raw["base_url"])
+    host_name = urlsplit(base_url).hostname or "localhost"
+    tls = _text(raw, "smtp.tls").lower()
+    if tls not in ("off", "starttls", "tls"):
+        raise SettingsError(f"{variable('smtp.tls')}: must be off, starttls or tls")
+    secret_key = _text(raw, "secret_key")
+    if secret_key and len(secret_key) < 32:
+        raise SettingsError(f"{variable('secret_key')}: must be at least 32 characters")
+    return Settings(
+        base_url=base_url,
+        host=_text(raw, "host") or "127.0.0.1",
+        port=_integer(raw, "port", 1, 65535),
+        redis_url=_redis_url(raw),
+        secret_key=secret_key,
+        trusted_proxies=_networks(raw),
+        contact_email=_email(raw, "contact_email"),
+        mail_from=_email(raw, "mail_from") or f"no-reply@{host_name}",
+        trial_credits=_integer(raw, "trial_credits", 0, 1_000_000),
+        data_dir=ROOT / (_text(raw, "data_dir") or ".data"),
+        smtp=SmtpSettings(
+            host=_text(raw, "smtp.host"),
+            port=_integer(raw, "smtp.port", 1, 65535),
+            tls=cast(SmtpTls, tls),
+            username=_text(raw, "smtp.username"),
+            password=_text(raw, "smtp.password"),
+            timeout=_number(raw, "smtp.timeout", 0.1, 300.0),
+        ),
+    )
+
+
+def _text(raw: Mapping[str, Any], key: str) -> str:
+    value = raw[key]
+    if not isinstance(value, str):
+        raise SettingsError(f"{variable(key)}: must be a string")
+    return value.strip()
+
+
+def _integer(raw: Mapping[str, Any], key: str, low: int, high: int) -> int:
+    value = raw[key]
+    try:
+        number = int(value) if not isinstance(value, bool) else None
+    except ValueError:
+        number = None
+    if number is None or not low <= number <= high:
+        raise SettingsError(f"{variable(key)}: must be an integer {low}-{high}")
+    return number
+
+
+def _number(raw: Mapping[str, Any], key: str, low: float, high: float) -> float:
+    value = raw[key]
+    try:
+        number = float(value) if not isinstance(value, bool) else None
+    except ValueError:
+        number = None
+    if number is None or not low <= number <= high:
+        raise SettingsError(f"{variable(key)}: must be a number {low}-{high}")
+    return number
+
+
+def _base_url(value: Any) -> str:
+    name = variable("base_url")
+    if not isinstance(value, str):
+        raise SettingsError(f"{name}: must be a string")
+    parts = urlsplit(value.strip())
+    try:
+        parts.port  # noqa: B018  (raises on a malformed port)
+    except ValueError as err:
+        raise SettingsError(f"{name}: malformed port") from err
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SettingsError(f"{name}: must be an http:// or https:// origin")
+    if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
+        raise SettingsError(f"{name}: must be an origin without path, query or user")
+    return f"{parts.scheme}://{parts.netloc.lower()}"
+
+
+def _redis_url(raw: Mapping[str, Any]) -> str:
+    url = _text(raw, "redis_url")
+    if url and urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+        raise SettingsError(
+            f"{variable('redis_url')}: must be a redis://, rediss:// or unix:// URL"
+        )
+    return url
+
+
+def _networks(raw: Mapping[str, Any]) -> tuple[IPNetwork, ...]:
+    value = raw["trusted_proxies"]
+    items = value if isinstance(value, list) else str(value).split(",")
+    try:
+        return tuple(
+            ipaddress.ip_network(str(item).strip(), strict=False)
+            for item in items
+            if str(item).strip()
+        )
+    except ValueError as err:
+        raise SettingsError(f"{variable('trusted_proxies')}: {err}") from err
+
+
+def _email(raw: Mapping[str, Any], key: str) -> str:
+    value = _text(raw, key)
+    if not value:
+        return ""
+    try:
+        return validate_email(value, check_deliverability=False).normalized
+    except EmailNotValidError as err:
+        raise SettingsError(f"{variable(key)}: {err}") from err
+
+
+def require_production(settings: Settings) -> None:
+    """Refuse to serve without the settings that production cannot default."""
+    if not settings.redis_url:
+        raise SettingsError(f"{variable('redis_url')}: required by serve")
+    if not settings.secret_key:
+        raise SettingsError(f"{variable('secret_key')}: required by serve")

@@ -1,0 +1,75 @@
+"""Real servers for the tests: Redis-compatible and SMTP, on free ports."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+from pytest_aiohttp import AiohttpClient
+from redis.asyncio import Redis
+
+from service.app import create_app
+from service.embedded import MailCatcher, RedisServer
+from service.settings import Settings, load_settings
+
+TEST_SECRET = "test-secret-key-0123456789abcdef-0123456789"
+
+AppFactory = Callable[..., web.Application]
+SettingsFactory = Callable[..., Settings]
+Client = TestClient[web.Request, web.Application]
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """Start one Redis-compatible server (no persistence) for the whole run."""
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def mail_server() -> Iterator[MailCatcher]:
+    """Start one aiosmtpd server that keeps every message it receives."""
+    with MailCatcher() as catcher:
+        yield catcher
+
+
+@pytest.fixture
+async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
+    """Give a client on a flushed database."""
+    client = Redis.from_url(redis_server.url)
+    await client.flushdb()
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def make_settings(
+    redis_server: RedisServer, mail_server: MailCatcher
+) -> SettingsFactory:
+    """Load settings the way production does, from default.toml plus variables."""
+
+    def factory(**variables: str) -> Settings:
+        environ = {
+            "STUDIO_REDIS_URL": redis_server.url,
+            "STUDIO_SECRET_KEY": TEST_SECRET,
+            "STUDIO_SMTP_HOST": mail_server.host,
+            "STUDIO_SMTP_PORT": str(mail_server.port),
+            **variables,
+        }
+        return load_settings(environ)
+
+    return factory
+
+
+@pytest.fixture
+def settings(make_settings: SettingsFactory) -> Settings:
+    """Settings for the default test app."""
+    return make_settings()
+
+
+@pytest.fixture
+async def client(aiohttp_client: AiohttpClient, settings: Settings) -> Client:
+    """A test client on the real app from the factory."""
+    return await aiohttp_client(create_app(settings))
