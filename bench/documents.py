@@ -1,9 +1,17 @@
 """GET /en as HTML and as Markdown: our app against a bare aiohttp app, in one run.
 
-Both servers run at once on CPU 0, wrk on CPU 1. The load alternates between them
-in short slices (ours, bare, ours, bare, ...); each adjacent pair gives a ratio, and
-the median ratio is reported, which cancels the drift of a shared machine.
-Usage: python bench/documents.py [--pairs 9] [--seconds 2] [--connections 32]
+Baselines, each a plain aiohttp app answering from constants:
+- `bare` sends the byte-identical response (same body, same headers), so its ratio
+  is the cost of our machinery: routing, negotiation, conditional GET, variants;
+- `bare-body` sends the same body with only a Content-Type, so its ratio also
+  counts the headers the contract requires.
+
+All servers run at once on CPU 0 and wrk on CPU 1; the load alternates between
+the two sides of a comparison in short slices, swapping who goes first. Each
+slice records wall-clock requests per second and requests per CPU-second of the
+server process (from /proc), which is the server's capacity and is not fooled
+by the load generator or a noisy neighbour. Medians of the per-pair ratios are
+printed. Usage: python bench/documents.py [--pairs 9] [--seconds 2]
 """
 
 from __future__ import annotations
@@ -19,31 +27,44 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from service.embedded import RedisServer, free_port  # noqa: E402
+from service.embedded import RedisServer, free_port
 
 HERE = Path(__file__).resolve().parent
 SECRET = "bench-secret-key-0123456789abcdef-0123456789"
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def pinned(cpu: int, command: list[str]) -> list[str]:
-    """Pin a command to one CPU when taskset is there."""
+    """Pin a command to one CPU when taskset is there (taskset execs in place)."""
     return ["taskset", "-c", str(cpu), *command] if shutil.which("taskset") else command
 
 
+@dataclass(frozen=True)
+class Server:
+    port: int
+    pid: int
+
+    def cpu_seconds(self) -> float:
+        """Return user + system CPU time the server has used so far."""
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICKS
+
+
 @contextmanager
-def server(which: str, redis_url: str, loop: str = "uvloop") -> Iterator[int]:
-    """Start bench/servers.py on CPU 0 and yield its port once it answers."""
+def server(which: str, redis_url: str, loop: str = "uvloop") -> Iterator[Server]:
+    """Start bench/servers.py on CPU 0 and yield it once it answers."""
     port = free_port()
     environ = {k: v for k, v in os.environ.items() if not k.startswith("STUDIO_")}
     environ |= {"STUDIO_REDIS_URL": redis_url, "STUDIO_SECRET_KEY": SECRET}
     command = [sys.executable, str(HERE / "servers.py"), which, "--port", str(port)]
     process = subprocess.Popen(pinned(0, [*command, "--loop", loop]), env=environ)
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while True:
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
@@ -52,57 +73,61 @@ def server(which: str, redis_url: str, loop: str = "uvloop") -> Iterator[int]:
                 if time.monotonic() > deadline or process.poll() is not None:
                     raise RuntimeError(f"{which} did not start") from None
                 time.sleep(0.1)
-        yield port
+        yield Server(port, process.pid)
     finally:
         process.terminate()
         process.wait(timeout=10)
 
 
-def wrk(url: str, seconds: int, connections: int, accept: str | None) -> float:
-    """Run wrk on CPU 1 and return requests per second."""
-    command = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", url]
+@dataclass(frozen=True)
+class Slice:
+    rps: float
+    per_cpu_second: float
+
+
+def load(
+    target: Server, path: str, accept: str | None, args: argparse.Namespace
+) -> Slice:
+    """Run wrk on CPU 1 against one server; measure wall and CPU throughput."""
+    command = ["wrk", "-t1", f"-c{args.connections}", f"-d{args.seconds}s"]
     if accept:
-        command[1:1] = ["-H", f"Accept: {accept}"]
+        command += ["-H", f"Accept: {accept}"]
+    command.append(f"http://127.0.0.1:{target.port}{path}")
+    before = target.cpu_seconds()
     run = subprocess.run(pinned(1, command), capture_output=True, text=True, check=True)
+    used = target.cpu_seconds() - before
     if "Non-2xx" in run.stdout or "Socket errors" in run.stdout:
         raise RuntimeError(f"wrk saw errors:\n{run.stdout}")
-    match = re.search(r"Requests/sec:\s+([\d.]+)", run.stdout)
-    if not match:
+    total = re.search(r"(\d+) requests in", run.stdout)
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", run.stdout)
+    if not (total and rps):
         raise RuntimeError(run.stdout)
-    return float(match.group(1))
+    return Slice(float(rps.group(1)), int(total.group(1)) / max(used, 1 / TICKS))
 
 
-Target = tuple[int, str, str | None]
+Target = tuple[Server, str, str | None]
 
 
-def compare(ours: Target, base: Target, args: argparse.Namespace) -> tuple[float, ...]:
-    """Alternate the load; return (median ours rps, median base rps, median ratio)."""
-    urls = [
-        (f"http://127.0.0.1:{port}{path}", accept)
-        for port, path, accept in (ours, base)
-    ]
-    for url, accept in urls:
-        wrk(url, 1, args.connections, accept)  # warm-up
-    ours_rps, base_rps, ratios = [], [], []
+def compare(ours: Target, base: Target, args: argparse.Namespace) -> dict[str, float]:
+    """Alternate the load between two targets; return medians of rps and ratios."""
+    for target in (ours, base):
+        load(*target, argparse.Namespace(**{**vars(args), "seconds": 1}))  # warm-up
+    slices: dict[str, list[Slice]] = {"ours": [], "base": []}
     for index in range(args.pairs):
-        # Swap who goes first each pair, so neither always follows the other.
-        order = urls if index % 2 == 0 else urls[::-1]
-        got = {
-            url: wrk(url, args.seconds, args.connections, accept)
-            for url, accept in order
-        }
-        ours_rps.append(got[urls[0][0]])
-        base_rps.append(got[urls[1][0]])
-        ratios.append(ours_rps[-1] / base_rps[-1])
-    return (
-        statistics.median(ours_rps),
-        statistics.median(base_rps),
-        statistics.median(ratios),
-    )
+        order = [("ours", ours), ("base", base)]
+        for name, target in order if index % 2 == 0 else order[::-1]:
+            slices[name].append(load(*target, args))
+    pairs = list(zip(slices["ours"], slices["base"], strict=True))
+    return {
+        "ours_rps": statistics.median(s.rps for s in slices["ours"]),
+        "base_rps": statistics.median(s.rps for s in slices["base"]),
+        "wall": statistics.median(o.rps / b.rps for o, b in pairs),
+        "cpu": statistics.median(o.per_cpu_second / b.per_cpu_second for o, b in pairs),
+    }
 
 
 def main() -> None:
-    """Measure, then print one line per comparison with its ratio."""
+    """Measure, then print one line per comparison with its ratios."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--pairs", type=int, default=9)
     parser.add_argument("--seconds", type=int, default=2)
@@ -110,26 +135,34 @@ def main() -> None:
     args = parser.parse_args()
     if not shutil.which("wrk"):
         sys.exit("wrk is needed: apt-get install wrk")
+    md = "text/markdown"
     with RedisServer() as redis, ExitStack() as stack:
         ours = stack.enter_context(server("ours", redis.url))
         bare = stack.enter_context(server("bare", redis.url))
+        body = stack.enter_context(server("bare-body", redis.url))
         plain = stack.enter_context(server("ours", redis.url, loop="asyncio"))
         rows = {
-            "html": compare((ours, "/en", None), (bare, "/en", None), args),
-            "markdown": compare(
-                (ours, "/en", "text/markdown"), (bare, "/en.md", None), args
+            "html vs bare": compare((ours, "/en", None), (bare, "/en", None), args),
+            "markdown vs bare": compare(
+                (ours, "/en", md), (bare, "/en.md", None), args
             ),
-            "uvloop": compare((ours, "/en", None), (plain, "/en", None), args),
+            "html vs bare-body": compare(
+                (ours, "/en", None), (body, "/en", None), args
+            ),
+            "md vs bare-body": compare((ours, "/en", md), (body, "/en.md", None), args),
+            "uvloop vs asyncio": compare(
+                (ours, "/en", None), (plain, "/en", None), args
+            ),
         }
     print(
-        f"GET /en, wrk -t1 -c{args.connections}, {args.pairs} alternating pairs"
-        f" of {args.seconds:g}s, medians"
+        f"GET /en; wrk -t1 -c{args.connections}; {args.pairs} alternating pairs of"
+        f" {args.seconds}s; medians; cpu = requests per server CPU-second"
     )
-    for name, (ours_rps, base_rps, ratio) in rows.items():
-        baseline = "asyncio" if name == "uvloop" else "bare"
+    for name, row in rows.items():
         print(
-            f"{name:9} ours {ours_rps:8.0f} req/s   {baseline} {base_rps:8.0f} req/s"
-            f"   ratio {ratio:.3f}"
+            f"{name:18} ours {row['ours_rps']:7.0f} req/s  baseline"
+            f" {row['base_rps']:7.0f} req/s  ratio wall {row['wall']:.3f}"
+            f"  cpu {row['cpu']:.3f}"
         )
 
 

@@ -10,16 +10,20 @@ import jinja2
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from .auth import setup_auth_routes
 from .content import Content, load_content
+from .csrf import setup_csrf
 from .discovery import render_machine_files
 from .documents import HTML_TYPE, document_handler, render_documents
 from .errors import fallback_handler, setup_errors
 from .headers import SecurityHeaders, content_security_policy, setup_headers
 from .keys import CONTENT, SETTINGS
+from .mailer import mailer_ctx
 from .openapi import media_for
 from .redis_store import redis_ctx
 from .representation import Representation, prepare, respond
 from .routes import PUBLIC_ROUTES, setup_public_routes
+from .sessions import setup_sessions
 from .settings import ROOT, Settings, SettingsError, variable
 
 TEMPLATES_DIR: Final = ROOT / "templates"
@@ -70,18 +74,27 @@ def _error_pages(
     return pages
 
 
-def _api_app(security: SecurityHeaders) -> web.Application:
+def _api_app(settings: Settings, security: SecurityHeaders) -> web.Application:
     """Build the internal /api sub-application, where every middleware lives."""
     api = web.Application(client_max_size=MAX_BODY_BYTES)
-    # Order matters: errors is outermost, so every failure below it, unknown
-    # paths and wrong methods included, becomes {"error": CODE}. Security
-    # headers ride on on_response_prepare and reach every answer.
+    # Order matters, outermost first:
+    # 1. errors: every failure below it (unknown paths, wrong methods, a dead
+    #    Redis, crashes) becomes {"error": CODE} with no internal detail;
+    # 2. csrf: a cross-origin state change is refused before anything runs;
+    # 3. sessions: a route not marked @anonymous answers 401 NO_SESSION before
+    #    its handler runs, so a new route is guarded without anyone remembering.
+    # Security headers ride on on_response_prepare and reach every answer.
     setup_errors(api)
+    setup_csrf(api, origin=settings.base_url)
+    setup_sessions(api, secure=settings.https)
     setup_headers(api, security)
+    setup_auth_routes(api)
     return api
 
 
-def create_app(settings: Settings, *, content: Content | None = None) -> web.Application:
+def create_app(
+    settings: Settings, *, content: Content | None = None
+) -> web.Application:
     """Render everything public once, then wire the API and its resources."""
     if not settings.redis_url:
         raise SettingsError(f"{variable('redis_url')}: required")
@@ -109,7 +122,7 @@ def create_app(settings: Settings, *, content: Content | None = None) -> web.App
     handlers |= {name: _static_handler(rep) for name, rep in files.items()}
 
     setup_public_routes(app, handlers)
-    app.add_subapp("/api", _api_app(security))
+    app.add_subapp("/api", _api_app(settings, security))
     public_paths = frozenset(route.path for route in PUBLIC_ROUTES)
     app.router.add_route(
         "*",
@@ -117,5 +130,5 @@ def create_app(settings: Settings, *, content: Content | None = None) -> web.App
         fallback_handler(_error_pages(env, context, security), public_paths),
         name="fallback",
     )
-    app.cleanup_ctx.append(redis_ctx)
+    app.cleanup_ctx.extend([redis_ctx, mailer_ctx])
     return app

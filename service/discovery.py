@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from functools import partial
 from collections.abc import Mapping
+from functools import partial
 from typing import Any, Final
 
 import jinja2

@@ -40,14 +40,14 @@ class Document:
     markdown: Representation
 
 
-class _Converter(MarkdownConverter):  # type: ignore[misc]
+class _Converter(MarkdownConverter):
     """markdownify, with `|` escaped inside table cells so GFM tables stay intact."""
 
     def convert_td(self, el: Tag, text: str, parent_tags: set[str]) -> str:
-        return str(super().convert_td(el, text.replace("|", r"\|"), parent_tags))
+        return str(super().convert_td(el, text.replace("|", r"\|"), parent_tags))  # type: ignore[misc]
 
     def convert_th(self, el: Tag, text: str, parent_tags: set[str]) -> str:
-        return str(super().convert_th(el, text.replace("|", r"\|"), parent_tags))
+        return str(super().convert_th(el, text.replace("|", r"\|"), parent_tags))  # type: ignore[misc]
 
 
 _CONVERTER: Final = _Converter(heading_style="atx", bullets="-", escape_misc=False)

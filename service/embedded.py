@@ -153,6 +153,9 @@ class MailCatcher:
         """Listen in aiosmtpd's own thread."""
         from aiosmtpd.controller import Controller
 
+        # aiosmtpd narrates every SMTP command at INFO; the message itself is enough.
+        logging.getLogger("mail.log").setLevel(logging.WARNING)
+
         self._controller = Controller(self, hostname=self.host, port=self.port)
         self._controller.start()
 

@@ -10,6 +10,7 @@ from typing import Any, Final
 
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
+from redis.exceptions import RedisError
 
 from .representation import Representation
 
@@ -23,6 +24,8 @@ _CODES: Final = {
     415: "UNSUPPORTED_MEDIA_TYPE",
     500: "INTERNAL_ERROR",
 }
+# How long a client should wait when the store is unreachable.
+UNAVAILABLE_RETRY_AFTER: Final = "5"
 # Headers of an aiohttp HTTPException that the client needs (405's Allow, for one).
 _KEPT: Final = (hdrs.ALLOW, hdrs.RETRY_AFTER)
 
@@ -77,8 +80,21 @@ def setup_errors(app: web.Application) -> None:
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
-            kept = {name: exc.headers[name] for name in _KEPT if name in exc.headers}
+            kept = {
+                str(name): exc.headers[name] for name in _KEPT if name in exc.headers
+            }
             return json_error(exc.status, error_code(exc.status), kept)
+        except (RedisError, OSError, TimeoutError) as err:
+            # The store is down or slow: fail closed, say so, and say when to retry.
+            _LOGGER.warning(
+                "store unavailable on %s %s: %s",
+                request.method,
+                request.rel_url.path,
+                type(err).__name__,
+            )
+            return json_error(
+                503, "UNAVAILABLE", {"Retry-After": UNAVAILABLE_RETRY_AFTER}
+            )
         except Exception:
             _LOGGER.exception(
                 "Unhandled error on %s %s", request.method, request.rel_url.path
@@ -92,14 +108,15 @@ def fallback_handler(
     pages: Mapping[int, Representation], public_paths: frozenset[str]
 ) -> Handler:
     """Answer what no public route took: 405 on a public path, else a 404 page."""
-    allow = {hdrs.ALLOW: "GET,HEAD"}
+    allow = {"Allow": "GET,HEAD"}
 
     async def fallback(request: web.Request) -> web.StreamResponse:
         if request.path == "/api":
             return json_error(404, _CODES[404])
         if request.path in public_paths:
             page = pages[405]
-            return web.Response(status=405, body=page.body, headers={**page.headers, **allow})
+            headers: dict[str, str] = {**page.headers, **allow}
+            return web.Response(status=405, body=page.body, headers=headers)
         page = pages[404]
         return web.Response(status=404, body=page.body, headers=page.headers)
 

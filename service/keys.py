@@ -1,8 +1,8 @@
-"""Every typed application key, in one place."""
+"""Every typed application and request key, in one place."""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from aiohttp import web
 from redis.asyncio import Redis
@@ -10,6 +10,18 @@ from redis.asyncio import Redis
 from .content import Content
 from .settings import Settings
 
+if TYPE_CHECKING:  # the stores import this module; their types are named in quotes
+    from .accounts import AccountStore  # noqa: F401
+    from .codes import CodeStore  # noqa: F401
+    from .mailer import Mailer  # noqa: F401
+    from .sessions import Session, SessionStore  # noqa: F401
+
 SETTINGS: Final = web.AppKey("settings", Settings)
 CONTENT: Final = web.AppKey("content", Content)
 REDIS: Final = web.AppKey("redis", Redis)
+MAILER: Final = web.AppKey["Mailer"]("mailer")
+CODES: Final = web.AppKey["CodeStore"]("codes")
+ACCOUNTS: Final = web.AppKey["AccountStore"]("accounts")
+SESSIONS: Final = web.AppKey["SessionStore"]("sessions")
+
+SESSION: Final = web.RequestKey["Session"]("session")

@@ -6,18 +6,32 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 from redis.asyncio import Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
-from .keys import REDIS, SETTINGS
+from .accounts import AccountStore
+from .codes import CodeStore
+from .keys import ACCOUNTS, CODES, REDIS, SESSIONS, SETTINGS
+from .sessions import SessionStore
 
 
 async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
-    """Open the client lazily (no connection at start-up) and close it at exit."""
+    """Open the client lazily (no connection at start-up) and close it at exit.
+
+    Timeouts are short and there is one immediate retry: a request that needs a
+    dead Redis fails in about a second at worst, as 503 UNAVAILABLE.
+    """
+    settings = app[SETTINGS]
     client = Redis.from_url(
-        app[SETTINGS].redis_url,
-        socket_connect_timeout=1.0,
-        socket_timeout=2.0,
+        settings.redis_url,
+        socket_connect_timeout=0.5,
+        socket_timeout=1.0,
+        retry=Retry(NoBackoff(), 1),
         health_check_interval=30,
     )
     app[REDIS] = client
+    app[CODES] = CodeStore(client, settings.secret_key)
+    app[ACCOUNTS] = AccountStore(client, settings.trial_credits)
+    app[SESSIONS] = SessionStore(client)
     yield
     await client.aclose()

@@ -15,7 +15,9 @@ from .negotiation import accepts_gzip
 # Below this size gzip saves less than its own framing and CPU cost.
 _GZIP_MIN_BYTES = 512
 # A 304 repeats the 200's headers (RFC 9110 §15.4.5) but not what describes the body.
-_BODY_HEADERS = frozenset({hdrs.CONTENT_TYPE, hdrs.CONTENT_ENCODING, "x-markdown-tokens"})
+_BODY_HEADERS = frozenset(
+    {hdrs.CONTENT_TYPE, hdrs.CONTENT_ENCODING, "x-markdown-tokens"}
+)
 
 
 @dataclass(frozen=True, slots=True)

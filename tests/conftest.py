@@ -73,3 +73,17 @@ def settings(make_settings: SettingsFactory) -> Settings:
 async def client(aiohttp_client: AiohttpClient, settings: Settings) -> Client:
     """A test client on the real app from the factory."""
     return await aiohttp_client(create_app(settings))
+
+
+def latest_code(mail_server: MailCatcher, to: str) -> str:
+    """Read the code out of the newest message the SMTP server got for an address."""
+    import re
+
+    for message in reversed(mail_server.messages):
+        if message["To"] == to:
+            body = message.get_body(preferencelist=("plain",))
+            assert body is not None
+            match = re.search(r"\b(\d{4}) (\d{4})\b", body.get_content())
+            assert match, "the code is shown as 1234 5678"
+            return match.group(1) + match.group(2)
+    raise AssertionError(f"no message to {to}")

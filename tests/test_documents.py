@@ -42,7 +42,7 @@ async def test_default_accept_gets_html_with_every_contracted_header(
         assert response.headers["Content-Type"] == "text/html; charset=utf-8"
         assert "Accept" in [v.strip() for v in response.headers["Vary"].split(",")]
         assert response.headers["Content-Signal"] == CONTENT_SIGNAL
-        alternate = f'<{client.server.app[SETTINGS].base_url}{path}>; rel="alternate"'
+        alternate = f'<{client.app[SETTINGS].base_url}{path}>; rel="alternate"'
         assert f'{alternate}; type="text/markdown"' in response.headers["Link"]
         assert f'<html lang="{LANGS[path]}">' in await response.text()
 
@@ -165,7 +165,7 @@ async def test_markdown_keeps_every_heading_link_cell_and_paragraph(
     client: Client, path: str
 ) -> None:
     """Walk the HTML <main> and find each piece of it in the Markdown."""
-    base = client.server.app[SETTINGS].base_url
+    base = client.app[SETTINGS].base_url
     html = await (await client.get(path)).text()
     markdown = await (await client.get(path, headers=MARKDOWN)).text()
     # Reading order without markup: link targets, emphasis marks and spacing dropped.
@@ -208,7 +208,7 @@ async def test_home_pages_show_every_model_price_and_the_trial(client: Client) -
     """The models of content/models.toml and the trial credits reach both homes."""
     with (ROOT / "content" / "models.toml").open("rb") as file:
         models = tomllib.load(file)["models"]
-    trial = str(client.server.app[SETTINGS].trial_credits)
+    trial = str(client.app[SETTINGS].trial_credits)
     for path in ("/", "/en"):
         markdown = await (await client.get(path, headers=MARKDOWN)).text()
         for model in models:

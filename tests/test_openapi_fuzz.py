@@ -32,7 +32,9 @@ def test_schemathesis_finds_nothing(
         ]  # fmt: skip
         if accept:
             command += ["-H", f"Accept: {accept}"]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=300, cwd=tmp_path
+        )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "13 selected / 13 total" in result.stdout
     assert "No issues found" in result.stdout

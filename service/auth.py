@@ -1,0 +1,121 @@
+"""Sign-in by e-mail code: request a code, verify it, sign out, and who am I."""
+
+from __future__ import annotations
+
+import logging
+from typing import Final, cast
+
+from aiohttp import web
+
+from .codes import CODE_TTL_SECONDS, Verdict
+from .errors import ApiError
+from .identity import parse_address
+from .keys import ACCOUNTS, CODES, CONTENT, MAILER, SESSION, SESSIONS, SETTINGS
+from .mailer import Lang, MailUnavailable, code_message, site_name
+from .payloads import json_response, read_json
+from .sessions import COOKIE, anonymous, clear_session_cookie, set_session_cookie
+
+_LOGGER: Final = logging.getLogger(__name__)
+RESEND_AFTER_SECONDS: Final = 60
+MAIL_RETRY_AFTER: Final = "30"
+_MAX_CODE_INPUT: Final = 64
+
+
+@anonymous
+async def request_code(request: web.Request) -> web.StreamResponse:
+    """Mail a code; the answer is the same for new and known addresses."""
+    app = request.config_dict
+    settings = app[SETTINGS]
+    body = await read_json(request, required={"email"}, optional={"lang"})
+    lang = body.get("lang", "zh")
+    if lang not in ("zh", "en"):
+        raise ApiError(400, "BAD_REQUEST")
+    address = parse_address(body["email"], settings.secret_key)
+    codes = app[CODES]
+    code, digest = await codes.issue(address.key)
+    message = code_message(
+        to=address.email,
+        code=code,
+        lang=cast(Lang, lang),
+        site_name=site_name(app[CONTENT].site, cast(Lang, lang)),
+        sender=settings.mail_from,
+    )
+    try:
+        await app[MAILER].send(message)
+    except MailUnavailable as err:
+        await codes.withdraw(address.key, digest)
+        _LOGGER.error("code not delivered (address %s), withdrawn", address.key[:12])
+        raise ApiError(
+            503, "MAIL_UNAVAILABLE", headers={"Retry-After": MAIL_RETRY_AFTER}
+        ) from err
+    _LOGGER.info("code sent (address %s)", address.key[:12])
+    return json_response(
+        {
+            "ok": True,
+            "expires_in": CODE_TTL_SECONDS,
+            "resend_after": RESEND_AFTER_SECONDS,
+        }
+    )
+
+
+@anonymous
+async def verify(request: web.Request) -> web.StreamResponse:
+    """Spend the code; the first verify of an address opens its account."""
+    app = request.config_dict
+    settings = app[SETTINGS]
+    body = await read_json(request, required={"email", "code"})
+    submitted = body["code"]
+    if not isinstance(submitted, str) or len(submitted) > _MAX_CODE_INPUT:
+        raise ApiError(400, "BAD_REQUEST")
+    address = parse_address(body["email"], settings.secret_key)
+    verdict = await app[CODES].verify(address.key, submitted)
+    _LOGGER.info("verify %s (address %s)", verdict.value, address.key[:12])
+    if verdict is Verdict.BURNED:
+        raise ApiError(400, "CODE_EXPIRED_REQUEST_NEW")
+    if verdict is not Verdict.OK:
+        raise ApiError(400, "INVALID_CODE")
+    account, opened = await app[ACCOUNTS].open(address.key, address.email)
+    sessions = app[SESSIONS]
+    if previous := request.cookies.get(COOKIE):
+        await sessions.delete(previous)
+    token, session = await sessions.create(account.key)
+    _LOGGER.info(
+        "signed in account %s, session %s, new=%s",
+        account.id,
+        session.key[16:24],
+        opened,
+    )
+    response = json_response({"user": account.public(), "new_account": opened})
+    set_session_cookie(response, token, secure=settings.https)
+    return response
+
+
+@anonymous
+async def logout(request: web.Request) -> web.StreamResponse:
+    """End the session the request carries, if any, and clear the cookie."""
+    if token := request.cookies.get(COOKIE):
+        await request.config_dict[SESSIONS].delete(token)
+    response = web.Response(status=204, headers={"Cache-Control": "no-store"})
+    clear_session_cookie(response, secure=request.config_dict[SETTINGS].https)
+    return response
+
+
+async def me(request: web.Request) -> web.StreamResponse:
+    """Show the signed-in account."""
+    session = request[SESSION]
+    account = await request.config_dict[ACCOUNTS].load(session.account_key)
+    if account is None:
+        raise ApiError(401, "NO_SESSION")
+    return json_response(account.public())
+
+
+def setup_auth_routes(api: web.Application) -> None:
+    """Register the sign-in endpoints and /me on the /api sub-app."""
+    api.router.add_routes(
+        [
+            web.post("/auth/code", request_code, name="auth_code"),
+            web.post("/auth/verify", verify, name="auth_verify"),
+            web.post("/auth/logout", logout, name="auth_logout"),
+            web.get("/me", me, name="me"),
+        ]
+    )

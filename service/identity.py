@@ -1,0 +1,47 @@
+"""Normalise e-mail addresses and key them by HMAC: no raw address in a Redis key."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+
+from email_validator import EmailNotValidError, validate_email
+
+from .errors import ApiError
+
+# RFC 5321's path limit; email-validator enforces the parts, this caps the whole.
+MAX_ADDRESS_LENGTH = 254
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    """A validated address: what we mail to and the key we file it under."""
+
+    email: str
+    key: str
+
+
+def parse_address(raw: object, secret_key: str) -> Address:
+    """Validate (no DNS), normalise and lower-case, or raise INVALID_EMAIL."""
+    if not isinstance(raw, str) or not raw or len(raw) > MAX_ADDRESS_LENGTH:
+        raise ApiError(400, "INVALID_EMAIL")
+    try:
+        info = validate_email(
+            raw.strip(),
+            check_deliverability=False,
+            allow_smtputf8=False,
+            allow_quoted_local=False,
+            allow_domain_literal=False,
+            allow_display_name=False,
+        )
+    except EmailNotValidError as err:
+        raise ApiError(400, "INVALID_EMAIL") from err
+    email = info.normalized.lower()
+    return Address(email=email, key=address_key(email, secret_key))
+
+
+def address_key(email: str, secret_key: str) -> str:
+    """Return the HMAC of a normalised address: 32 hex characters, brace-free."""
+    digest = hmac.new(secret_key.encode(), b"email:" + email.encode(), hashlib.sha256)
+    return digest.hexdigest()[:32]

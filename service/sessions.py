@@ -1,0 +1,154 @@
+"""Sessions in Redis behind the studio_session cookie; the session boundary of /api."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, TypeVar
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+from redis.asyncio import Redis
+
+from .errors import ApiError
+from .keys import SESSION, SESSIONS
+
+COOKIE: Final = "studio_session"
+IDLE_SECONDS: Final = 7 * 24 * 3600
+ABSOLUTE_SECONDS: Final = 30 * 24 * 3600
+TOUCH_SECONDS: Final = 3600
+_TOKEN: Final = re.compile(r"[A-Za-z0-9_-]{43}")
+
+_ANONYMOUS: Final[set[Handler]] = set()
+H = TypeVar("H", bound=Callable[..., object])
+
+
+def anonymous(handler: H) -> H:
+    """Mark an /api handler as callable without a session; every other one needs one."""
+    _ANONYMOUS.add(handler)  # type: ignore[arg-type]
+    return handler
+
+
+def is_anonymous(handler: Handler) -> bool:
+    """Tell whether a handler was marked anonymous."""
+    return handler in _ANONYMOUS
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A signed-in person's session, as Redis keeps it."""
+
+    key: str
+    account_key: str
+    created: int
+    seen: int
+
+
+def session_key(token: str) -> str:
+    """Name a session by the SHA-256 of its token; the raw token is never stored."""
+    digest = hashlib.sha256(token.encode()).hexdigest()
+    return f"studio:session:{{{digest}}}"
+
+
+def _ttl(created: int, now: int) -> int:
+    return max(1, min(IDLE_SECONDS, created + ABSOLUTE_SECONDS - now))
+
+
+class SessionStore:
+    """Create, load (touching at most hourly) and delete sessions."""
+
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+
+    async def create(self, account_key: str) -> tuple[str, Session]:
+        """Open a session for an account; return the cookie token and the session."""
+        token = base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
+        now = int(time.time())
+        key = session_key(token)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hset(
+                key, mapping={"account": account_key, "created": now, "seen": now}
+            )
+            pipe.expire(key, _ttl(now, now))
+            await pipe.execute()
+        return token, Session(key=key, account_key=account_key, created=now, seen=now)
+
+    async def load(self, token: str) -> Session | None:
+        """Return the live session of a token, refreshing its idle expiry hourly."""
+        if not _TOKEN.fullmatch(token):
+            return None
+        key = session_key(token)
+        fields = await self._redis.hgetall(key)
+        if not fields:
+            return None
+        created, seen = int(fields[b"created"]), int(fields[b"seen"])
+        now = int(time.time())
+        if now - created >= ABSOLUTE_SECONDS:
+            await self._redis.delete(key)
+            return None
+        if now - seen >= TOUCH_SECONDS:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hset(key, "seen", now)
+                pipe.expire(key, _ttl(created, now))
+                await pipe.execute()
+            seen = now
+        account = fields[b"account"]
+        text = account.decode() if isinstance(account, bytes) else str(account)
+        return Session(key, text, created, seen)
+
+    async def delete(self, token: str) -> None:
+        """End a session; unknown or malformed tokens are a no-op."""
+        if _TOKEN.fullmatch(token):
+            await self._redis.delete(session_key(token))
+
+
+def set_session_cookie(
+    response: web.StreamResponse, token: str, *, secure: bool
+) -> None:
+    """Send the cookie: HttpOnly, SameSite=Lax, Path=/, no Domain, absolute max-age."""
+    response.set_cookie(
+        COOKIE,
+        token,
+        max_age=ABSOLUTE_SECONDS,
+        path="/",
+        secure=secure,
+        httponly=True,
+        samesite="Lax",
+    )
+
+
+def clear_session_cookie(response: web.StreamResponse, *, secure: bool) -> None:
+    """Tell the browser to drop the cookie."""
+    response.del_cookie(COOKIE, path="/", secure=secure, httponly=True, samesite="Lax")
+
+
+def setup_sessions(app: web.Application, *, secure: bool) -> None:
+    """Answer 401 NO_SESSION before any handler not marked anonymous runs."""
+
+    @web.middleware
+    async def sessions_middleware(
+        request: web.Request, handler: Handler
+    ) -> web.StreamResponse:
+        """Load the session, or refuse; the Authorization header is never read."""
+        match_info = request.match_info
+        if match_info.http_exception is not None or is_anonymous(match_info.handler):
+            return await handler(request)
+        token = request.cookies.get(COOKIE)
+        store = request.config_dict[SESSIONS]
+        session = await store.load(token) if token else None
+        if session is None:
+            headers = {}
+            if token is not None:
+                cleared = web.Response()
+                clear_session_cookie(cleared, secure=secure)
+                headers["Set-Cookie"] = cleared.cookies[COOKIE].OutputString()
+            raise ApiError(401, "NO_SESSION", headers=headers)
+        request[SESSION] = session
+        return await handler(request)
+
+    app.middlewares.append(sessions_middleware)

@@ -1,0 +1,120 @@
+"""The session boundary of /api, and the life of a session in Redis."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from aiohttp import web
+from redis.asyncio import Redis
+
+from service.app import create_app
+from service.sessions import (
+    ABSOLUTE_SECONDS,
+    IDLE_SECONDS,
+    SessionStore,
+    is_anonymous,
+    session_key,
+)
+
+from .conftest import Client, SettingsFactory
+
+# The anonymous /api routes: everything else must need a session.
+ANONYMOUS = {"auth_code", "auth_verify", "auth_logout"}
+
+
+def _api_routes(app: web.Application) -> list[web.AbstractRoute]:
+    for resource in app.router.resources():
+        if (
+            isinstance(resource, web.PrefixedSubAppResource)
+            and resource.canonical == "/api"
+        ):
+            return list(resource._app.router.routes())
+    raise AssertionError("no /api sub-app")
+
+
+def test_only_the_sign_in_routes_are_anonymous(make_settings: SettingsFactory) -> None:
+    """The marker is on exactly the routes that must work without a session."""
+    routes = _api_routes(create_app(make_settings()))
+    assert {r.name for r in routes if is_anonymous(r.handler)} == ANONYMOUS
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"Authorization": "Bearer anything"},
+        {"Authorization": "Basic dXNlcjpwYXNz"},
+        {"Cookie": "studio_session=" + "A" * 43},
+        {"Cookie": "studio_session=not-a-token"},
+    ],
+)
+async def test_every_session_route_answers_401_before_its_handler(
+    client: Client, headers: dict[str, str]
+) -> None:
+    """Walk the router: no cookie, an unknown cookie, or a bearer token: NO_SESSION."""
+    routes = [r for r in _api_routes(client.app) if not is_anonymous(r.handler)]
+    assert routes
+    for route in routes:
+        canonical = route.resource.canonical if route.resource else ""
+        path = re.sub(r"\{[^}]+\}", "x", canonical)  # any value for a placeholder
+        response = await client.request(route.method, path, headers=headers)
+        assert response.status == 401, path
+        if route.method != "HEAD":
+            assert await response.json() == {"error": "NO_SESSION"}
+
+
+async def test_an_unknown_cookie_is_cleared(client: Client) -> None:
+    """The 401 for a dead cookie tells the browser to drop it."""
+    response = await client.get(
+        "/api/me", headers={"Cookie": "studio_session=" + "B" * 43}
+    )
+    assert response.status == 401
+    assert "studio_session=" in response.headers["Set-Cookie"]
+    assert "Max-Age=0" in response.headers["Set-Cookie"]
+
+
+async def test_a_session_idles_out_after_seven_days(redis: Redis) -> None:
+    """The key's TTL is the idle expiry; a missing key is no session."""
+    store = SessionStore(redis)
+    token, session = await store.create("d" * 32)
+    assert IDLE_SECONDS - 5 <= await redis.ttl(session.key) <= IDLE_SECONDS
+    await redis.delete(session.key)
+    assert await store.load(token) is None
+
+
+async def test_a_session_ends_thirty_days_after_sign_in(redis: Redis) -> None:
+    """Past the absolute expiry the session is deleted even if it was used."""
+    store = SessionStore(redis)
+    token, session = await store.create("e" * 32)
+    old = int(time.time()) - ABSOLUTE_SECONDS - 1
+    await redis.hset(session.key, mapping={"created": old, "seen": int(time.time())})
+    assert await store.load(token) is None
+    assert not await redis.exists(session.key)
+
+
+async def test_last_seen_is_refreshed_at_most_hourly(redis: Redis) -> None:
+    """A recent session is read without a write; an hour later it is touched."""
+    store = SessionStore(redis)
+    token, session = await store.create("f" * 32)
+    await redis.expire(session.key, 1000)
+    loaded = await store.load(token)
+    assert loaded is not None
+    assert await redis.ttl(session.key) <= 1000  # untouched
+    hour_ago = int(time.time()) - 3601
+    await redis.hset(session.key, "seen", hour_ago)
+    touched = await store.load(token)
+    assert touched is not None
+    assert touched.seen > hour_ago
+    assert await redis.ttl(session.key) > 1000
+
+
+async def test_the_store_keeps_only_the_hash_of_the_token(redis: Redis) -> None:
+    """The raw token appears in no key and no value."""
+    store = SessionStore(redis)
+    token, session = await store.create("0" * 32)
+    assert session.key == session_key(token)
+    assert token not in session.key
+    for value in (await redis.hgetall(session.key)).values():
+        assert token.encode() not in value
