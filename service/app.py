@@ -20,11 +20,13 @@ from .headers import SecurityHeaders, content_security_policy, setup_headers
 from .keys import CONTENT, SETTINGS
 from .mailer import mailer_ctx
 from .openapi import media_for
-from .redis_store import redis_ctx
+from .ratelimit_http import RouteLimit, setup_ratelimit
+from .redis_store import limiter_ctx, redis_ctx
 from .representation import Representation, prepare, respond
 from .routes import PUBLIC_ROUTES, setup_public_routes
 from .sessions import setup_sessions
 from .settings import ROOT, Settings, SettingsError, variable
+from .square import setup_square_routes
 
 TEMPLATES_DIR: Final = ROOT / "templates"
 # Internal JSON bodies are small; anything bigger is refused with 413 before parsing.
@@ -81,14 +83,31 @@ def _api_app(settings: Settings, security: SecurityHeaders) -> web.Application:
     # 1. errors: every failure below it (unknown paths, wrong methods, a dead
     #    Redis, crashes) becomes {"error": CODE} with no internal detail;
     # 2. csrf: a cross-origin state change is refused before anything runs;
-    # 3. sessions: a route not marked @anonymous answers 401 NO_SESSION before
+    # 3. ratelimit: names the client (trusted proxies only) and charges the
+    #    route's per-client buckets before any body is read or Redis touched;
+    # 4. sessions: a route not marked @anonymous answers 401 NO_SESSION before
     #    its handler runs, so a new route is guarded without anyone remembering.
-    # Security headers ride on on_response_prepare and reach every answer.
+    # Security and RateLimit headers ride on on_response_prepare, so they reach
+    # every answer, 429s and errors included.
+    limits = settings.limits
     setup_errors(api)
     setup_csrf(api, origin=settings.base_url)
+    setup_ratelimit(
+        api,
+        routes={
+            # The square fails open (a local bucket) when Redis is gone: browsing
+            # is harmless. Sign-in fails closed: it sends mail and guards accounts.
+            "square_list": RouteLimit((limits["gallery"],), fail_open=True),
+            "square_item": RouteLimit((limits["gallery"],), fail_open=True),
+            "auth_code": RouteLimit((limits["code-ip"],), fail_open=False),
+            "auth_verify": RouteLimit((limits["verify-ip"],), fail_open=False),
+        },
+        trusted_proxies=settings.trusted_proxies,
+    )
     setup_sessions(api, secure=settings.https)
     setup_headers(api, security)
     setup_auth_routes(api)
+    setup_square_routes(api)
     return api
 
 
@@ -130,5 +149,5 @@ def create_app(
         fallback_handler(_error_pages(env, context, security), public_paths),
         name="fallback",
     )
-    app.cleanup_ctx.extend([redis_ctx, mailer_ctx])
+    app.cleanup_ctx.extend([redis_ctx, limiter_ctx, mailer_ctx])
     return app

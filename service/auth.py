@@ -13,6 +13,7 @@ from .identity import parse_address
 from .keys import ACCOUNTS, CODES, CONTENT, MAILER, SESSION, SESSIONS, SETTINGS
 from .mailer import Lang, MailUnavailable, code_message, site_name
 from .payloads import json_response, read_json
+from .ratelimit_http import enforce, refund
 from .sessions import COOKIE, anonymous, clear_session_cookie, set_session_cookie
 
 _LOGGER: Final = logging.getLogger(__name__)
@@ -31,6 +32,14 @@ async def request_code(request: web.Request) -> web.StreamResponse:
     if lang not in ("zh", "en"):
         raise ApiError(400, "BAD_REQUEST")
     address = parse_address(body["email"], settings.secret_key)
+    # Per address (cooldown, hour, day) only once it is valid, then the global budget.
+    limits = settings.limits
+    per_address = [
+        limits[n] for n in ("code-cooldown", "code-email-hour", "code-email-day")
+    ]
+    address_subject = f"em:{address.key}"
+    await enforce(request, address_subject, per_address, fail_open=False)
+    await enforce(request, "all", [limits["mail-global"]], fail_open=False)
     codes = app[CODES]
     code, digest = await codes.issue(address.key)
     message = code_message(
@@ -44,6 +53,9 @@ async def request_code(request: web.Request) -> web.StreamResponse:
         await app[MAILER].send(message)
     except MailUnavailable as err:
         await codes.withdraw(address.key, digest)
+        # Nothing was sent: the address (and the mail budget) may try again at once.
+        await refund(request, address_subject, per_address)
+        await refund(request, "all", [limits["mail-global"]])
         _LOGGER.error("code not delivered (address %s), withdrawn", address.key[:12])
         raise ApiError(
             503, "MAIL_UNAVAILABLE", headers={"Retry-After": MAIL_RETRY_AFTER}

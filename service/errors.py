@@ -37,14 +37,17 @@ class ApiError(Exception):
         self,
         status: int,
         code: str,
+        /,
         *,
         headers: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
         **fields: Any,
     ) -> None:
         super().__init__(code)
         self.status = status
         self.code = code
         self.headers = dict(headers or {})
+        self.content_type = content_type
         self.fields = fields
 
 
@@ -54,13 +57,18 @@ def error_code(status: int) -> str:
 
 
 def json_error(
-    status: int, code: str, headers: Mapping[str, str] | None = None, **fields: Any
+    status_code: int,
+    code: str,
+    headers: Mapping[str, str] | None = None,
+    content_type: str = "application/json",
+    /,
+    **fields: Any,
 ) -> web.Response:
     """Answer {"error": CODE, ...} with no caching."""
     return web.Response(
-        status=status,
-        body=json.dumps({"error": code, **fields}).encode(),
-        content_type="application/json",
+        status=status_code,
+        body=json.dumps({**fields, "error": code}).encode(),
+        content_type=content_type,
         headers={hdrs.CACHE_CONTROL: "no-store", **(headers or {})},
     )
 
@@ -76,7 +84,9 @@ def setup_errors(app: web.Application) -> None:
         try:
             return await handler(request)
         except ApiError as err:
-            return json_error(err.status, err.code, err.headers, **err.fields)
+            return json_error(
+                err.status, err.code, err.headers, err.content_type, **err.fields
+            )
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise

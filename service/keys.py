@@ -8,6 +8,7 @@ from aiohttp import web
 from redis.asyncio import Redis
 
 from .content import Content
+from .ratelimit import Decision, Limiter, LocalBuckets
 from .settings import Settings
 
 if TYPE_CHECKING:  # the stores import this module; their types are named in quotes
@@ -15,6 +16,7 @@ if TYPE_CHECKING:  # the stores import this module; their types are named in quo
     from .codes import CodeStore  # noqa: F401
     from .mailer import Mailer  # noqa: F401
     from .sessions import Session, SessionStore  # noqa: F401
+    from .square import SquareStore  # noqa: F401
 
 SETTINGS: Final = web.AppKey("settings", Settings)
 CONTENT: Final = web.AppKey("content", Content)
@@ -23,5 +25,10 @@ MAILER: Final = web.AppKey["Mailer"]("mailer")
 CODES: Final = web.AppKey["CodeStore"]("codes")
 ACCOUNTS: Final = web.AppKey["AccountStore"]("accounts")
 SESSIONS: Final = web.AppKey["SessionStore"]("sessions")
+LIMITER: Final = web.AppKey("limiter", Limiter)
+FALLBACK_BUCKETS: Final = web.AppKey("fallback_buckets", LocalBuckets)
+SQUARE: Final = web.AppKey["SquareStore"]("square")
 
 SESSION: Final = web.RequestKey["Session"]("session")
+CLIENT: Final = web.RequestKey("client", str)
+DECISIONS: Final = web.RequestKey("decisions", list[Decision])

@@ -11,8 +11,19 @@ from redis.backoff import NoBackoff
 
 from .accounts import AccountStore
 from .codes import CodeStore
-from .keys import ACCOUNTS, CODES, REDIS, SESSIONS, SETTINGS
+from .keys import (
+    ACCOUNTS,
+    CODES,
+    FALLBACK_BUCKETS,
+    LIMITER,
+    REDIS,
+    SESSIONS,
+    SETTINGS,
+    SQUARE,
+)
+from .ratelimit import Limiter, LocalBuckets
 from .sessions import SessionStore
+from .square import SquareStore
 
 
 async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -33,5 +44,15 @@ async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
     app[CODES] = CodeStore(client, settings.secret_key)
     app[ACCOUNTS] = AccountStore(client, settings.trial_credits)
     app[SESSIONS] = SessionStore(client)
+    app[SQUARE] = SquareStore(client)
     yield
     await client.aclose()
+
+
+async def limiter_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Give the limiter its own pool: no retries, 50 ms socket timeouts."""
+    limiter = Limiter.from_url(app[SETTINGS].redis_url)
+    app[LIMITER] = limiter
+    app[FALLBACK_BUCKETS] = LocalBuckets()
+    yield
+    await limiter.aclose()

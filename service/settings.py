@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 
 from email_validator import EmailNotValidError, validate_email
 
+from .ratelimit import Policy
+
 ROOT: Final = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG: Final = ROOT / "config" / "default.toml"
 ENV_PREFIX: Final = "STUDIO_"
@@ -49,6 +51,7 @@ class Settings:
     trial_credits: int
     data_dir: Path
     smtp: SmtpSettings
+    limits: dict[str, Policy] = field(hash=False)
 
     @property
     def https(self) -> bool:
@@ -130,6 +133,7 @@ def _build(raw: Mapping[str, Any]) -> Settings:
             password=_text(raw, "smtp.password"),
             timeout=_number(raw, "smtp.timeout", 0.1, 300.0),
         ),
+        limits=_policies(raw),
     )
 
 
@@ -208,6 +212,22 @@ def _email(raw: Mapping[str, Any], key: str) -> str:
         return validate_email(value, check_deliverability=False).normalized
     except EmailNotValidError as err:
         raise SettingsError(f"{variable(key)}: {err}") from err
+
+
+def _policies(raw: Mapping[str, Any]) -> dict[str, Policy]:
+    names = sorted({key.split(".")[1] for key in raw if key.startswith("limits.")})
+    policies = {}
+    for name in names:
+        numbers = {
+            part: _integer(raw, f"limits.{name}.{part}", 1, 10**9)
+            for part in ("quota", "window", "burst")
+        }
+        try:
+            policy = Policy(name.replace("_", "-"), **numbers)
+        except ValueError as err:
+            raise SettingsError(f"{variable('limits.' + name)}_*: {err}") from err
+        policies[policy.name] = policy
+    return policies
 
 
 def require_production(settings: Settings) -> None:

@@ -18,6 +18,12 @@ TEST_SECRET = "test-secret-key-0123456789abcdef-0123456789"
 
 AppFactory = Callable[..., web.Application]
 SettingsFactory = Callable[..., Settings]
+# Tests that are not about limits should not trip the per-address limits by accident.
+GENEROUS_LIMITS = {
+    f"STUDIO_LIMITS_{name}_{field}": value
+    for name in ("CODE_IP", "VERIFY_IP", "GALLERY")
+    for field, value in (("QUOTA", "100000"), ("BURST", "50000"))
+}
 Client = TestClient[web.Request, web.Application]
 
 
@@ -56,6 +62,7 @@ def make_settings(
             "STUDIO_SECRET_KEY": TEST_SECRET,
             "STUDIO_SMTP_HOST": mail_server.host,
             "STUDIO_SMTP_PORT": str(mail_server.port),
+            **GENEROUS_LIMITS,
             **variables,
         }
         return load_settings(environ)
@@ -70,9 +77,15 @@ def settings(make_settings: SettingsFactory) -> Settings:
 
 
 @pytest.fixture
-async def client(aiohttp_client: AiohttpClient, settings: Settings) -> Client:
-    """A test client on the real app from the factory."""
+async def client(aiohttp_client: AiohttpClient, settings: Settings, redis: Redis) -> Client:
+    """A test client on the real app from the factory, over an empty database."""
     return await aiohttp_client(create_app(settings))
+
+
+async def forget_limits(redis: Redis) -> None:
+    """Empty every rate-limit bucket: what waiting out the cooldown would do."""
+    async for key in redis.scan_iter("studio:rl:*"):
+        await redis.delete(key)
 
 
 def latest_code(mail_server: MailCatcher, to: str) -> str:

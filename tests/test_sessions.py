@@ -20,8 +20,8 @@ from service.sessions import (
 
 from .conftest import Client, SettingsFactory
 
-# The anonymous /api routes: everything else must need a session.
-ANONYMOUS = {"auth_code", "auth_verify", "auth_logout"}
+# The anonymous /api routes (sign-in and the square); everything else needs a session.
+ANONYMOUS = {"auth_code", "auth_verify", "auth_logout", "square_list", "square_item"}
 
 
 def _api_routes(app: web.Application) -> list[web.AbstractRoute]:

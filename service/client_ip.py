@@ -1,0 +1,68 @@
+"""Find the client's address, trusting X-Forwarded-For only from our own proxies."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+from typing import Final
+
+from aiohttp import web
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+# One household or small provider customer usually owns a whole IPv6 /64.
+IPV6_PREFIX: Final = 64
+
+
+def parse_ip(text: str) -> IPAddress | None:
+    """Parse an address as peers and proxies write it: bare, [v6]:port or v4:port."""
+    text = text.strip()
+    if text.startswith("["):
+        text = text[1:].partition("]")[0]
+    elif text.count(":") == 1:
+        text = text.partition(":")[0]
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        return address.ipv4_mapped
+    return address
+
+
+def client_address(
+    request: web.Request, trusted: Sequence[IPNetwork]
+) -> IPAddress | None:
+    """Return the socket peer, or behind trusted proxies the right-most untrusted hop.
+
+    Each proxy appends the address it received the request from, so only the
+    right-most entries were written by us; the left ones are whatever the
+    client chose to send. Walking from the right past our own proxies gives
+    the first address nobody could forge. A malformed hop stops the walk.
+    """
+    peer = parse_ip(request.remote or "")
+    if peer is None or not any(peer in net for net in trusted):
+        return peer
+    hops = [
+        hop
+        for value in request.headers.getall("X-Forwarded-For", [])
+        for hop in value.split(",")
+    ]
+    for hop in reversed(hops):
+        address = parse_ip(hop)
+        if address is None:
+            break
+        if not any(address in net for net in trusted):
+            return address
+        peer = address
+    return peer
+
+
+def subject_of(address: IPAddress | None) -> str:
+    """Name the rate-limit subject of an address: IPv4 as is, IPv6 by its /64."""
+    if address is None:
+        return "unknown"
+    if isinstance(address, ipaddress.IPv4Address):
+        return f"ip4:{address}"
+    network = ipaddress.IPv6Network(f"{address}/{IPV6_PREFIX}", strict=False)
+    return f"ip6:{network.compressed}"

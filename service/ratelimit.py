@@ -1,0 +1,291 @@
+"""Token buckets in Redis (GCRA form): exact under concurrency, one round trip."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+_LUA: Final = Path(__file__).parent / "lua"
+GCRA_SCRIPT: Final = (_LUA / "gcra.lua").read_text()
+REFUND_SCRIPT: Final = (_LUA / "refund.lua").read_text()
+_NAME: Final = re.compile(r"^[a-z][a-z0-9-]*$")
+_SUBJECT: Final = re.compile(r"^[A-Za-z0-9:./_-]+$")
+MICROS: Final = 1_000_000
+# A decision never waits longer than this for Redis.
+DECISION_BUDGET_SECONDS: Final = 0.1
+
+
+class LimiterUnavailable(Exception):
+    """Redis could not answer in time, or the breaker is open."""
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """At most `quota` requests in any `window` seconds, `burst` of them at once.
+
+    The emission interval is T = ceil(window / (quota - burst)), so the bucket
+    admits at most burst + floor(L / T) requests in any interval L, which is at
+    most `quota` for L = window: the advertised `q;w` is a promise we keep. A
+    cooldown is quota = burst = 1 with T = window.
+    """
+
+    name: str
+    quota: int
+    window: int
+    burst: int
+
+    def __post_init__(self) -> None:
+        if not _NAME.match(self.name):
+            raise ValueError(f"policy name {self.name!r} must match {_NAME.pattern}")
+        if self.window < 1 or self.burst < 1 or self.quota < self.burst:
+            raise ValueError(
+                f"policy {self.name}: need 1 <= burst <= quota, window >= 1"
+            )
+        if self.quota == self.burst and self.quota != 1:
+            raise ValueError(
+                f"policy {self.name}: burst == quota only for a cooldown of 1"
+            )
+        if self.burst * self.interval_us >= 2**53:
+            raise ValueError(f"policy {self.name}: burst x interval exceeds 2^53 µs")
+
+    @property
+    def interval_us(self) -> int:
+        """Return T, the µs it takes one token to come back."""
+        return -(-self.window * MICROS // max(1, self.quota - self.burst))
+
+    def header(self) -> str:
+        """Render this policy for RateLimit-Policy."""
+        return f'"{self.name}";q={self.quota};w={self.window}'
+
+
+@dataclass(frozen=True, slots=True)
+class BucketState:
+    """One policy's answer: tokens left, µs until it would pass, µs until full."""
+
+    policy: Policy
+    remaining: int
+    retry_us: int
+    reset_us: int
+
+    @property
+    def denied(self) -> bool:
+        """Tell whether this bucket refused the request."""
+        return self.retry_us > 0
+
+    def header(self) -> str:
+        """Render this bucket for RateLimit (draft -10): r, and t to the next token."""
+        policy = self.policy
+        if self.remaining >= policy.burst:
+            return f'"{policy.name}";r={self.remaining}'
+        next_us = (
+            self.reset_us - (policy.burst - self.remaining - 1) * policy.interval_us
+        )
+        seconds = max(0, math.ceil(next_us / MICROS))
+        return f'"{policy.name}";r={self.remaining};t={seconds}'
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """All of one subject's buckets, decided together."""
+
+    allowed: bool
+    states: tuple[BucketState, ...]
+
+    @property
+    def worst_retry_us(self) -> int:
+        """Return µs until every denying bucket would let the request pass."""
+        return max((s.retry_us for s in self.states if s.denied), default=0)
+
+    @property
+    def retry_after(self) -> int:
+        """Return whole seconds until the request could pass: rounded up."""
+        return max(1, math.ceil(self.worst_retry_us / MICROS))
+
+
+def bucket_key(subject: str, policy: Policy) -> str:
+    """Name a bucket; the subject is the hash tag, so one subject is one slot."""
+    return f"studio:rl:v1:{{{subject}}}:{policy.name}"
+
+
+class LocalBuckets:
+    """The same GCRA in process memory: the fallback when Redis is unreachable."""
+
+    def __init__(self, max_subjects: int = 10_000) -> None:
+        self._tats: OrderedDict[str, int] = OrderedDict()
+        self._max = max_subjects
+
+    def check(
+        self, subject: str, policies: Sequence[Policy], cost: int = 1
+    ) -> Decision:
+        """Decide like the script does, all-or-nothing, with this process's clock."""
+        now = time.monotonic_ns() // 1000
+        rows = []
+        for policy in policies:
+            key = bucket_key(subject, policy)
+            tau = policy.burst * policy.interval_us
+            tat = min(max(self._tats.get(key, now), now), now + tau)
+            rows.append((policy, key, tau, tat, tat + cost * policy.interval_us))
+        allowed = all(new - now <= tau for _, _, tau, _, new in rows)
+        states = []
+        for policy, key, tau, tat, new in rows:
+            debt, retry = tat - now, -1
+            if allowed:
+                debt = new - now
+                if cost > 0:
+                    self._tats[key] = new
+                    self._tats.move_to_end(key)
+            elif new - now <= tau:
+                retry = 0
+            else:
+                retry = new - tau - now
+            states.append(
+                BucketState(policy, (tau - debt) // policy.interval_us, retry, debt)
+            )
+        while len(self._tats) > self._max:
+            self._tats.popitem(last=False)
+        return Decision(allowed, tuple(states))
+
+
+@dataclass
+class Breaker:
+    """Stop calling a failing Redis for a while, then let one call try again."""
+
+    threshold: int = 5
+    cooldown: float = 2.0
+    failures: int = 0
+    opened_at: float | None = None
+
+    def allow(self) -> bool:
+        """Tell whether a call may go to Redis now."""
+        if self.opened_at is None:
+            return True
+        return time.monotonic() - self.opened_at >= self.cooldown
+
+    def record(self, ok: bool) -> None:
+        """Count a success (closes) or a failure (opens at the threshold)."""
+        if ok:
+            self.failures, self.opened_at = 0, None
+            return
+        self.failures += 1
+        if self.failures >= self.threshold:
+            self.opened_at = time.monotonic()
+
+
+@dataclass
+class Limiter:
+    """Decide a subject's policies in one EVALSHA; fail fast; remember denials."""
+
+    redis: Redis
+    breaker: Breaker = field(default_factory=Breaker)
+    # (subject, policy names) -> (monotonic time of the denial, the denial)
+    _denials: dict[tuple[str, tuple[str, ...]], tuple[float, Decision]] = field(
+        default_factory=dict
+    )
+
+    def __post_init__(self) -> None:
+        self._gcra = self.redis.register_script(GCRA_SCRIPT)
+        self._refund = self.redis.register_script(REFUND_SCRIPT)
+
+    @classmethod
+    def from_url(cls, url: str) -> Limiter:
+        """Build a limiter with its own pool: no retries, 50 ms socket timeouts."""
+        pool = BlockingConnectionPool.from_url(
+            url,
+            max_connections=64,
+            timeout=0.02,
+            socket_timeout=0.05,
+            socket_connect_timeout=0.05,
+        )
+        return cls(Redis(connection_pool=pool, retry=Retry(NoBackoff(), 0)))
+
+    async def check(
+        self,
+        subject: str,
+        policies: Sequence[Policy],
+        *,
+        cost: int = 1,
+        now_us: int | None = None,
+    ) -> Decision:
+        """Charge `cost` to every policy of a subject, or to none of them."""
+        if not _SUBJECT.match(subject):
+            raise ValueError(f"bad subject {subject!r}")
+        memo_key = (subject, tuple(p.name for p in policies))
+        if now_us is None and (memo := self._denials.get(memo_key)):
+            at, denial = memo
+            elapsed_us = int((time.monotonic() - at) * MICROS)
+            if elapsed_us < denial.worst_retry_us:
+                return _shifted(denial, elapsed_us)
+            del self._denials[memo_key]
+        if not self.breaker.allow():
+            raise LimiterUnavailable
+        keys = [bucket_key(subject, p) for p in policies]
+        args: list[int | str] = ["" if now_us is None else now_us]
+        for policy in policies:
+            args += [policy.burst, policy.interval_us, cost]
+        try:
+            async with asyncio.timeout(DECISION_BUDGET_SECONDS):
+                reply = await self._gcra(keys=keys, args=args)
+        except (RedisError, OSError, TimeoutError) as err:
+            self.breaker.record(False)
+            raise LimiterUnavailable from err
+        self.breaker.record(True)
+        decision = _decision(policies, reply)
+        if not decision.allowed and now_us is None:
+            # A denied GCRA bucket cannot refill before its retry time, and a
+            # denial writes nothing, so repeating it locally until then is exact.
+            self._denials[memo_key] = (time.monotonic(), decision)
+            if len(self._denials) > 10_000:
+                self._denials.pop(next(iter(self._denials)))
+        return decision
+
+    async def refund(
+        self, subject: str, policies: Sequence[Policy], cost: int = 1
+    ) -> None:
+        """Give tokens back to a subject's buckets (the request was not served)."""
+        keys = [bucket_key(subject, p) for p in policies]
+        args: list[int] = [p.interval_us for p in policies] + [cost]
+        try:
+            async with asyncio.timeout(DECISION_BUDGET_SECONDS):
+                await self._refund(keys=keys, args=args)
+        except (RedisError, OSError, TimeoutError) as err:
+            raise LimiterUnavailable from err
+
+    async def aclose(self) -> None:
+        """Close the limiter's connections."""
+        await self.redis.aclose()
+
+
+def _decision(policies: Sequence[Policy], reply: Sequence[int]) -> Decision:
+    states = tuple(
+        BucketState(
+            policy, int(reply[1 + 3 * i]), int(reply[2 + 3 * i]), int(reply[3 + 3 * i])
+        )
+        for i, policy in enumerate(policies)
+    )
+    return Decision(bool(reply[0]), states)
+
+
+def _shifted(decision: Decision, elapsed: int) -> Decision:
+    """Replay a remembered denial with its clocks moved on by `elapsed` µs."""
+    states = tuple(
+        BucketState(
+            s.policy,
+            s.remaining,
+            max(1, s.retry_us - elapsed) if s.denied else s.retry_us,
+            max(0, s.reset_us - elapsed),
+        )
+        for s in decision.states
+    )
+    return Decision(False, states)

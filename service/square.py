@@ -1,0 +1,184 @@
+"""The square: published works, newest first, for anonymous visitors."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import json
+import secrets
+from dataclasses import asdict, dataclass
+from typing import Any, Final, Literal
+
+from aiohttp import web
+from redis.asyncio import Redis
+
+from .errors import ApiError
+from .keys import SQUARE
+from .payloads import json_response
+from .sessions import anonymous
+
+# All square keys share one hash tag, so publishing is one atomic step on Cluster too.
+_TAG: Final = "studio:square:{square}"
+FEED: Final = f"{_TAG}:feed"
+SEQUENCE: Final = f"{_TAG}:seq"
+DEFAULT_LIMIT: Final = 20
+MAX_LIMIT: Final = 50
+CACHE_CONTROL: Final = "max-age=10"
+
+_PUBLISH: Final = """
+local seq = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[3], ARGV[2])
+redis.call('ZADD', KEYS[1], seq, ARGV[1])
+return seq
+"""
+_UNPUBLISH: Final = """
+redis.call('DEL', KEYS[2])
+return redis.call('ZREM', KEYS[1], ARGV[1])
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """A published image or video, without anything personal about its author."""
+
+    id: str
+    kind: Literal["image", "video"]
+    model: str
+    prompt: str
+    media_url: str
+    width: int
+    height: int
+    published_at: str
+
+
+def _work_key(work_id: str) -> str:
+    return f"{_TAG}:work:{work_id}"
+
+
+def encode_cursor(sequence: int) -> str:
+    """Wrap a feed position as an opaque cursor."""
+    return base64.urlsafe_b64encode(f"v1:{sequence}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> int:
+    """Read a cursor back, or raise 400 BAD_REQUEST."""
+    try:
+        text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        version, _, number = text.partition(":")
+        sequence = int(number)
+    except (binascii.Error, UnicodeDecodeError, ValueError) as err:
+        raise ApiError(400, "BAD_REQUEST") from err
+    if version != "v1" or sequence < 1 or not number.isdigit():
+        raise ApiError(400, "BAD_REQUEST")
+    return sequence
+
+
+class SquareStore:
+    """Publish, unpublish, list and read works of the square."""
+
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+        self._publish = redis.register_script(_PUBLISH)
+        self._unpublish = redis.register_script(_UNPUBLISH)
+
+    async def publish(
+        self,
+        *,
+        kind: Literal["image", "video"],
+        model: str,
+        prompt: str,
+        media_url: str,
+        width: int,
+        height: int,
+    ) -> Work:
+        """Put a work at the top of the square."""
+        now = (
+            dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+        )
+        work = Work(
+            secrets.token_hex(8), kind, model, prompt, media_url, width, height, now
+        )
+        keys = [FEED, SEQUENCE, _work_key(work.id)]
+        await self._publish(keys=keys, args=[work.id, json.dumps(asdict(work))])
+        return work
+
+    async def unpublish(self, work_id: str) -> bool:
+        """Take a work off the square; tell whether it was there."""
+        keys = [FEED, _work_key(work_id)]
+        return bool(await self._unpublish(keys=keys, args=[work_id]))
+
+    async def get(self, work_id: str) -> Work | None:
+        """Return a published work."""
+        raw = await self._redis.get(_work_key(work_id))
+        return Work(**json.loads(raw)) if raw else None
+
+    async def page(
+        self, before: int | None, limit: int
+    ) -> tuple[list[Work], int | None]:
+        """Return up to `limit` works older than `before`, and the next position."""
+        top: int | str = f"({before}" if before is not None else "+inf"
+        found: list[tuple[bytes, float]] = await self._redis.zrevrangebyscore(  # type: ignore[assignment]
+            FEED, top, "-inf", start=0, num=limit + 1, withscores=True
+        )
+        more = len(found) > limit
+        rows = found[:limit]
+        keys = [_work_key(member.decode()) for member, _ in rows]
+        raws = await self._redis.mget(keys) if keys else []
+        works = [Work(**json.loads(raw)) for raw in raws if raw]
+        next_position = int(rows[-1][1]) if more and rows else None
+        return works, next_position
+
+
+def _limit(raw: str | None) -> int:
+    if raw is None:
+        return DEFAULT_LIMIT
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
+        raise ApiError(400, "BAD_REQUEST")
+    return int(raw)
+
+
+def _public(work: Work) -> dict[str, Any]:
+    return asdict(work)
+
+
+@anonymous
+async def list_square(request: web.Request) -> web.StreamResponse:
+    """List published works, newest first, a page at a time."""
+    query = request.query
+    if set(query) - {"cursor", "limit"}:
+        raise ApiError(400, "BAD_REQUEST")
+    limit = _limit(query.get("limit"))
+    cursor = query.get("cursor") or None
+    before = decode_cursor(cursor) if cursor else None
+    works, position = await request.config_dict[SQUARE].page(before, limit)
+    response = json_response(
+        {
+            "items": [_public(work) for work in works],
+            "next_cursor": encode_cursor(position) if position is not None else None,
+        }
+    )
+    response.headers["Cache-Control"] = CACHE_CONTROL
+    return response
+
+
+@anonymous
+async def get_work(request: web.Request) -> web.StreamResponse:
+    """Show one published work, or 404."""
+    work_id = request.match_info["work_id"]
+    work = await request.config_dict[SQUARE].get(work_id) if work_id.isalnum() else None
+    if work is None:
+        raise ApiError(404, "NOT_FOUND")
+    response = json_response(_public(work))
+    response.headers["Cache-Control"] = CACHE_CONTROL
+    return response
+
+
+def setup_square_routes(api: web.Application) -> None:
+    """Register the square's read endpoints on the /api sub-app."""
+    api.router.add_routes(
+        [
+            web.get("/square", list_square, name="square_list"),
+            web.get("/square/{work_id}", get_work, name="square_item"),
+        ]
+    )
