@@ -17,6 +17,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from .deadline import within
+
 _LUA: Final = Path(__file__).parent / "lua"
 GCRA_SCRIPT: Final = (_LUA / "gcra.lua").read_text()
 REFUND_SCRIPT: Final = (_LUA / "refund.lua").read_text()
@@ -25,6 +27,10 @@ _SUBJECT: Final = re.compile(r"^[A-Za-z0-9:./_-]+$")
 MICROS: Final = 1_000_000
 # A decision never waits longer than this for Redis.
 DECISION_BUDGET_SECONDS: Final = 0.1
+# Calls in flight to Redis at once (the pool's size). Waiting for a slot is our own
+# load, not Redis's, so it is not charged to the budget; a hung Redis opens the
+# breaker after a few budgets and the queue then drains at once.
+IN_FLIGHT: Final = 64
 
 
 class LimiterUnavailable(Exception):
@@ -166,15 +172,20 @@ class Breaker:
     cooldown: float = 2.0
     failures: int = 0
     opened_at: float | None = None
+    trying: bool = False
 
     def allow(self) -> bool:
-        """Tell whether a call may go to Redis now."""
+        """Tell whether a call may go to Redis now (one trial once cooled down)."""
         if self.opened_at is None:
             return True
-        return time.monotonic() - self.opened_at >= self.cooldown
+        if self.trying or time.monotonic() - self.opened_at < self.cooldown:
+            return False
+        self.trying = True
+        return True
 
     def record(self, ok: bool) -> None:
-        """Count a success (closes) or a failure (opens at the threshold)."""
+        """Count a success (closes) or a failure (opens, or re-opens after a trial)."""
+        self.trying = False
         if ok:
             self.failures, self.opened_at = 0, None
             return
@@ -197,16 +208,17 @@ class Limiter:
     def __post_init__(self) -> None:
         self._gcra = self.redis.register_script(GCRA_SCRIPT)
         self._refund = self.redis.register_script(REFUND_SCRIPT)
+        self._slots = asyncio.Semaphore(IN_FLIGHT)
 
     @classmethod
     def from_url(cls, url: str) -> Limiter:
-        """Build a limiter with its own pool: no retries, 50 ms socket timeouts."""
+        """Build a limiter with its own pool: no retries, 100 ms timeouts."""
         pool = BlockingConnectionPool.from_url(
             url,
-            max_connections=64,
-            timeout=0.02,
-            socket_timeout=0.05,
-            socket_connect_timeout=0.05,
+            max_connections=IN_FLIGHT,
+            timeout=DECISION_BUDGET_SECONDS,
+            socket_timeout=DECISION_BUDGET_SECONDS,
+            socket_connect_timeout=DECISION_BUDGET_SECONDS,
         )
         return cls(Redis(connection_pool=pool, retry=Retry(NoBackoff(), 0)))
 
@@ -228,18 +240,20 @@ class Limiter:
             if elapsed_us < denial.worst_retry_us:
                 return _shifted(denial, elapsed_us)
             del self._denials[memo_key]
-        if not self.breaker.allow():
-            raise LimiterUnavailable
         keys = [bucket_key(subject, p) for p in policies]
         args: list[int | str] = ["" if now_us is None else now_us]
         for policy in policies:
             args += [policy.burst, policy.interval_us, cost]
-        try:
-            async with asyncio.timeout(DECISION_BUDGET_SECONDS):
-                reply = await self._gcra(keys=keys, args=args)
-        except (RedisError, OSError, TimeoutError) as err:
-            self.breaker.record(False)
-            raise LimiterUnavailable from err
+        async with self._slots:
+            if not self.breaker.allow():
+                raise LimiterUnavailable
+            try:
+                reply = await within(
+                    DECISION_BUDGET_SECONDS, self._gcra(keys=keys, args=args)
+                )
+            except (RedisError, OSError, TimeoutError) as err:
+                self.breaker.record(False)
+                raise LimiterUnavailable from err
         self.breaker.record(True)
         decision = _decision(policies, reply)
         if not decision.allowed and now_us is None:
@@ -257,14 +271,13 @@ class Limiter:
         keys = [bucket_key(subject, p) for p in policies]
         args: list[int] = [p.interval_us for p in policies] + [cost]
         try:
-            async with asyncio.timeout(DECISION_BUDGET_SECONDS):
-                await self._refund(keys=keys, args=args)
+            await within(DECISION_BUDGET_SECONDS, self._refund(keys=keys, args=args))
         except (RedisError, OSError, TimeoutError) as err:
             raise LimiterUnavailable from err
 
     async def aclose(self) -> None:
         """Close the limiter's connections."""
-        await self.redis.aclose()
+        await self.redis.aclose(close_connection_pool=True)
 
 
 def _decision(policies: Sequence[Policy], reply: Sequence[int]) -> Decision:

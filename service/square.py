@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import datetime as dt
 import json
+import logging
 import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Final, Literal
 
 from aiohttp import web
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
+from .deadline import within
 from .errors import ApiError
 from .keys import SQUARE
 from .payloads import json_response
@@ -25,6 +32,14 @@ SEQUENCE: Final = f"{_TAG}:seq"
 DEFAULT_LIMIT: Final = 20
 MAX_LIMIT: Final = 50
 CACHE_CONTROL: Final = "max-age=10"
+# Reads are cached in process: fresh for FRESH seconds; while Redis is down or slow
+# (no answer in READ_BUDGET) the last good copy is served for up to STALE seconds.
+FRESH_SECONDS: Final = 2.0
+STALE_SECONDS: Final = 600.0
+READ_BUDGET_SECONDS: Final = 0.1
+# After a failed read, stop asking Redis for this long and serve what we have.
+BACKOFF_SECONDS: Final = 1.0
+_LOGGER: Final = logging.getLogger(__name__)
 
 _PUBLISH: Final = """
 local seq = redis.call('INCR', KEYS[2])
@@ -74,6 +89,31 @@ def decode_cursor(cursor: str) -> int:
     return sequence
 
 
+Page = tuple[list[Work], int | None]
+
+
+class _ReadCache:
+    """Recent answers, fresh for a moment and kept as a fallback for a while."""
+
+    def __init__(self, max_entries: int = 1024) -> None:
+        self._entries: OrderedDict[object, tuple[float, object]] = OrderedDict()
+        self._max = max_entries
+
+    def get(self, key: object, max_age: float) -> tuple[bool, object]:
+        if (entry := self._entries.get(key)) and time.monotonic() - entry[0] <= max_age:
+            return True, entry[1]
+        return False, None
+
+    def put(self, key: object, value: object) -> None:
+        self._entries[key] = (time.monotonic(), value)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self._max:
+            self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
 class SquareStore:
     """Publish, unpublish, list and read works of the square."""
 
@@ -81,6 +121,38 @@ class SquareStore:
         self._redis = redis
         self._publish = redis.register_script(_PUBLISH)
         self._unpublish = redis.register_script(_UNPUBLISH)
+        self._cache = _ReadCache()
+        self._reads: dict[object, asyncio.Future[Any]] = {}
+        self._down_until = 0.0
+
+    async def _cached(self, key: object, read: Callable[[], Awaitable[object]]) -> Any:
+        """Serve fresh from memory, else read Redis in budget, else serve stale.
+
+        Concurrent misses of one key share a single read.
+        """
+        hit, value = self._cache.get(key, FRESH_SECONDS)
+        if hit:
+            return value
+        if (pending := self._reads.get(key)) is None:
+            pending = asyncio.ensure_future(self._read(key, read))
+            self._reads[key] = pending
+            pending.add_done_callback(lambda _: self._reads.pop(key, None))
+        return await asyncio.shield(pending)
+
+    async def _read(self, key: object, read: Callable[[], Awaitable[object]]) -> Any:
+        try:
+            if time.monotonic() < self._down_until:
+                raise TimeoutError("backing off a failing Redis")
+            value = await within(READ_BUDGET_SECONDS, read())
+        except (RedisError, OSError, TimeoutError):
+            self._down_until = max(self._down_until, time.monotonic() + BACKOFF_SECONDS)
+            hit, value = self._cache.get(key, STALE_SECONDS)
+            if not hit:
+                raise
+            _LOGGER.warning("square served from memory: Redis unavailable")
+            return value
+        self._cache.put(key, value)
+        return value
 
     async def publish(
         self,
@@ -101,26 +173,40 @@ class SquareStore:
         )
         keys = [FEED, SEQUENCE, _work_key(work.id)]
         await self._publish(keys=keys, args=[work.id, json.dumps(asdict(work))])
+        self._cache.clear()
         return work
 
     async def unpublish(self, work_id: str) -> bool:
         """Take a work off the square; tell whether it was there."""
         keys = [FEED, _work_key(work_id)]
-        return bool(await self._unpublish(keys=keys, args=[work_id]))
+        removed = bool(await self._unpublish(keys=keys, args=[work_id]))
+        self._cache.clear()
+        return removed
 
     async def get(self, work_id: str) -> Work | None:
         """Return a published work."""
-        raw = await self._redis.get(_work_key(work_id))
-        return Work(**json.loads(raw)) if raw else None
 
-    async def page(
-        self, before: int | None, limit: int
-    ) -> tuple[list[Work], int | None]:
+        async def read() -> Work | None:
+            raw = await self._redis.get(_work_key(work_id))
+            return Work(**json.loads(raw)) if raw else None
+
+        work: Work | None = await self._cached(("work", work_id), read)
+        return work
+
+    async def page(self, before: int | None, limit: int) -> Page:
         """Return up to `limit` works older than `before`, and the next position."""
+
+        async def read() -> Page:
+            return await self._page(before, limit)
+
+        page: Page = await self._cached(("page", before, limit), read)
+        return page
+
+    async def _page(self, before: int | None, limit: int) -> Page:
         top: int | str = f"({before}" if before is not None else "+inf"
-        found: list[tuple[bytes, float]] = await self._redis.zrevrangebyscore(  # type: ignore[assignment]
+        found: list[tuple[bytes, float]] = await self._redis.zrevrangebyscore(
             FEED, top, "-inf", start=0, num=limit + 1, withscores=True
-        )
+        )  # type: ignore[assignment]
         more = len(found) > limit
         rows = found[:limit]
         keys = [_work_key(member.decode()) for member, _ in rows]

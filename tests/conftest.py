@@ -77,7 +77,9 @@ def settings(make_settings: SettingsFactory) -> Settings:
 
 
 @pytest.fixture
-async def client(aiohttp_client: AiohttpClient, settings: Settings, redis: Redis) -> Client:
+async def client(
+    aiohttp_client: AiohttpClient, settings: Settings, redis: Redis
+) -> Client:
     """A test client on the real app from the factory, over an empty database."""
     return await aiohttp_client(create_app(settings))
 

@@ -1,0 +1,60 @@
+"""A TCP proxy in front of Redis that can go silent: a hung server on demand."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from service.embedded import free_port
+
+
+class HangingProxy:
+    """Relay to a target port; in `hang` mode accept and relay nothing, ever."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = free_port()
+        self.hang = False
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    @property
+    def url(self) -> str:
+        """Return the redis:// URL of the proxy."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    async def start(self) -> None:
+        """Listen on the proxy port."""
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
+
+    async def stop(self) -> None:
+        """Close every connection and stop listening."""
+        for writer in list(self._writers):
+            writer.close()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        self._writers.add(writer)
+        if self.hang:
+            return  # accept, then never say a word
+        up_reader, up_writer = await asyncio.open_connection(
+            "127.0.0.1", self.target_port
+        )
+        self._writers.add(up_writer)
+        await asyncio.gather(
+            self._pump(reader, up_writer), self._pump(up_reader, writer)
+        )
+
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        with contextlib.suppress(ConnectionError, OSError):
+            while data := await reader.read(65536):
+                if not self.hang:
+                    writer.write(data)
+                    await writer.drain()
+        writer.close()

@@ -1,0 +1,119 @@
+"""Redis stopped or hung: the square fails open, sign-in fails closed, both in time."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from pytest_aiohttp import AiohttpClient
+
+from service.app import create_app
+from service.embedded import RedisServer
+from service.keys import SQUARE
+
+from .chaos import HangingProxy
+from .conftest import Client, SettingsFactory
+
+BUDGET = 0.15
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+async def proxy(own_redis: RedisServer) -> AsyncIterator[HangingProxy]:
+    chaos = HangingProxy(own_redis.port)
+    await chaos.start()
+    yield chaos
+    await chaos.stop()
+
+
+async def _app(
+    aiohttp_client: AiohttpClient, make_settings: SettingsFactory, url: str
+) -> Client:
+    client = await aiohttp_client(create_app(make_settings(STUDIO_REDIS_URL=url)))
+    await client.app[SQUARE].publish(
+        kind="image",
+        model="m",
+        prompt="p",
+        media_url="https://cdn/x.png",
+        width=1,
+        height=1,
+    )
+    # A visitor has looked at the square once: its first page is in memory.
+    assert (await client.get("/api/square")).status == 200
+    return client
+
+
+async def _timed(
+    client: Client, method: str, path: str, **kwargs: object
+) -> tuple[int, float]:
+    started = time.monotonic()
+    response = await client.request(method, path, **kwargs)  # type: ignore[arg-type]
+    await response.read()
+    return response.status, time.monotonic() - started
+
+
+async def _assert_degraded(client: Client) -> None:
+    for _ in range(8):  # before and after the breaker opens
+        status, took = await _timed(client, "GET", "/api/square")
+        assert status == 200
+        assert took < BUDGET, took
+        status, took = await _timed(
+            client, "POST", "/api/auth/code", json={"email": "down@example.com"}
+        )
+        assert status == 503
+        assert took < BUDGET, took
+        status, took = await _timed(client, "GET", "/healthz")
+        assert status == 200
+        assert took < 0.05
+
+
+async def test_a_stopped_redis_keeps_the_square_open_and_sign_in_closed(
+    aiohttp_client: AiohttpClient,
+    make_settings: SettingsFactory,
+    own_redis: RedisServer,
+) -> None:
+    """Connection refused: 200 from memory and a local bucket; 503 for sign-in."""
+    client = await _app(aiohttp_client, make_settings, own_redis.url)
+    own_redis.stop()
+    await _assert_degraded(client)
+    denied = await client.post("/api/auth/code", json={"email": "down@example.com"})
+    assert await denied.json() == {"error": "UNAVAILABLE"}
+    assert int(denied.headers["Retry-After"]) > 0
+    own_redis.start()
+    await _assert_recovers(client)
+
+
+async def test_a_hung_redis_keeps_the_square_open_and_sign_in_closed(
+    aiohttp_client: AiohttpClient, make_settings: SettingsFactory, proxy: HangingProxy
+) -> None:
+    """A server that accepts and never answers costs at most one budget."""
+    client = await _app(aiohttp_client, make_settings, proxy.url)
+    proxy.hang = True
+    await _assert_degraded(client)
+    proxy.hang = False
+    await _assert_recovers(client)
+
+
+async def _assert_recovers(client: Client) -> None:
+    """Without a restart, sign-in works again once the breaker's trial succeeds."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        response = await client.post(
+            "/api/auth/code", json={"email": "back@example.com"}
+        )
+        if response.status == 200:
+            return
+        await _sleep(0.2)
+    raise AssertionError("sign-in did not recover")
+
+
+async def _sleep(seconds: float) -> None:
+    import asyncio
+
+    await asyncio.sleep(seconds)

@@ -1,0 +1,311 @@
+"""The GCRA script and the limiter, against a real Redis, with injected time."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+import redis as sync_redis
+from hypothesis import HealthCheck, given, settings, strategies as st
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.crc import key_slot
+
+from service.embedded import RedisServer, free_port
+from service.ratelimit import (
+    GCRA_SCRIPT,
+    Breaker,
+    Limiter,
+    LimiterUnavailable,
+    LocalBuckets,
+    Policy,
+    bucket_key,
+)
+
+HOUR_US = 3_600_000_000
+NOW = 1_763_726_460_000_000
+
+
+@pytest.fixture
+async def wide_redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
+    """A client with a pool wide enough for thousands of concurrent calls."""
+    client = Redis(
+        connection_pool=BlockingConnectionPool.from_url(
+            redis_server.url, max_connections=64, timeout=30
+        )
+    )
+    await client.flushdb()
+    yield client
+    await client.aclose(close_connection_pool=True)
+
+
+async def test_2000_concurrent_calls_on_a_bucket_of_100_allow_exactly_100(
+    wide_redis: Redis,
+) -> None:
+    """Burst is exact under concurrency; the remaining counts prove serialisation."""
+    script = wide_redis.register_script(GCRA_SCRIPT)
+    key = bucket_key("test:burst", Policy("burst", 101, 3600, 100))
+    replies = await asyncio.gather(
+        *(script(keys=[key], args=[NOW, 100, HOUR_US, 1]) for _ in range(2000))
+    )
+    allowed = [reply for reply in replies if reply[0] == 1]
+    assert len(allowed) == 100
+    assert sorted(reply[1] for reply in allowed) == list(range(100))
+    denied = [reply for reply in replies if reply[0] == 0]
+    assert all(reply[1] == 0 and 0 < reply[2] <= HOUR_US for reply in denied)
+
+
+def _hammer(url: str, calls: int) -> int:
+    client = sync_redis.Redis.from_url(url)
+    script = client.register_script(GCRA_SCRIPT)
+    allowed = sum(
+        script(keys=["studio:rl:v1:{test:procs}:p"], args=[NOW, 1000, HOUR_US, 1])[0]
+        for _ in range(calls)
+    )
+    client.close()
+    return int(allowed)
+
+
+def test_four_processes_on_a_bucket_of_1000_allow_exactly_1000(
+    redis_server: RedisServer,
+) -> None:
+    """Exact across processes sharing one Redis."""
+    sync_redis.Redis.from_url(redis_server.url).delete("studio:rl:v1:{test:procs}:p")
+    with multiprocessing.get_context("spawn").Pool(4) as pool:
+        counts = pool.starmap(_hammer, [(redis_server.url, 750)] * 4)
+    assert sum(counts) == 1000
+
+
+@dataclass
+class Model:
+    """A pure-Python integer model of the script."""
+
+    tats: dict[str, int]
+
+    def call(
+        self, keys: list[str], now: int, buckets: list[tuple[int, int, int]]
+    ) -> list[int]:
+        rows = []
+        ok = True
+        for key, (b, t, c) in zip(keys, buckets, strict=True):
+            tat = min(max(self.tats.get(key, now), now), now + b * t)
+            rows.append((key, b, t, c, tat, tat + c * t))
+            if tat + c * t - now > b * t:
+                ok = False
+        out = [1 if ok else 0]
+        for key, b, t, c, tat, new in rows:
+            tau, debt, retry = b * t, tat - now, -1
+            if ok:
+                debt = new - now
+                if c > 0:
+                    self.tats[key] = new
+            elif new - now <= tau:
+                retry = 0
+            elif c > b:
+                retry = -2
+            else:
+                retry = new - tau - now
+            out += [(tau - debt) // t, retry, debt]
+        return out
+
+
+_bucket = st.tuples(st.integers(1, 5), st.integers(1, 10_000))
+_step = st.tuples(
+    st.integers(0, 30_000), st.lists(st.integers(0, 7), min_size=3, max_size=3)
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(_bucket, min_size=1, max_size=3), st.lists(_step, min_size=1, max_size=40)
+)
+def test_the_script_matches_an_integer_model_step_by_step(
+    redis_server: RedisServer,
+    buckets: list[tuple[int, int]],
+    steps: list[tuple[int, list[int]]],
+) -> None:
+    """Every reply equals the model's, for random buckets, gaps and costs."""
+    client = sync_redis.Redis.from_url(redis_server.url)
+    script = client.register_script(GCRA_SCRIPT)
+    keys = [f"studio:rl:v1:{{test:model}}:b{i}" for i in range(len(buckets))]
+    client.delete(*keys)
+    model = Model({})
+    now = NOW
+    try:
+        for gap, costs in steps:
+            now += gap
+            spec = [(b, t, costs[i]) for i, (b, t) in enumerate(buckets)]
+            args = [now] + [x for triple in spec for x in triple]
+            reply = [int(x) for x in script(keys=keys, args=args)]
+            assert reply == model.call(keys, now, spec)
+            for key in keys:  # expiry is "full": a missing key is an idle bucket
+                if key not in model.tats or model.tats[key] <= now:
+                    model.tats.pop(key, None)
+    finally:
+        client.close()
+
+
+async def test_retry_after_is_exact_to_the_microsecond(redis: Redis) -> None:
+    """Denied at now+R-1, allowed at now+R; a thousand denials consume nothing."""
+    script = redis.register_script(GCRA_SCRIPT)
+    key = "studio:rl:v1:{test:edge}:p"
+    args = [2, 1_000_000, 1]
+    for _ in range(2):
+        assert (await script(keys=[key], args=[NOW, *args]))[0] == 1
+    denied = await script(keys=[key], args=[NOW, *args])
+    retry = denied[2]
+    assert denied[0] == 0
+    assert retry == 1_000_000
+    for _ in range(1000):
+        assert (await script(keys=[key], args=[NOW + retry - 1, *args]))[0] == 0
+    assert (await script(keys=[key], args=[NOW + retry, *args]))[0] == 1
+
+
+async def test_a_subject_is_all_or_nothing_across_its_policies(redis: Redis) -> None:
+    """One exhausted bucket denies the call and leaves its siblings untouched."""
+    script = redis.register_script(GCRA_SCRIPT)
+    keys = [f"studio:rl:v1:{{test:group}}:{name}" for name in ("a", "b", "c")]
+    await script(keys=[keys[2]], args=[NOW, 1, HOUR_US, 1])  # exhaust c
+    before = [await redis.get(key) for key in keys]
+    reply = await script(
+        keys=keys, args=[NOW, 5, HOUR_US, 1, 5, HOUR_US, 1, 1, HOUR_US, 1]
+    )
+    assert reply[0] == 0
+    assert [reply[2], reply[5]] == [0, 0]  # a and b would have allowed
+    assert reply[8] > 0
+    assert [await redis.get(key) for key in keys] == before
+
+
+async def test_zero_cost_peeks_and_oversized_cost_never_passes(redis: Redis) -> None:
+    """cost 0 writes nothing; cost > capacity answers retry -2 and writes nothing."""
+    script = redis.register_script(GCRA_SCRIPT)
+    key = "studio:rl:v1:{test:edges}:p"
+    peek = await script(keys=[key], args=[NOW, 3, 1000, 0])
+    assert peek[:2] == [1, 3]
+    assert not await redis.exists(key)
+    never = await script(keys=[key], args=[NOW, 3, 1000, 4])
+    assert never[0] == 0
+    assert never[2] == -2
+    assert not await redis.exists(key)
+
+
+async def test_the_key_expires_exactly_when_the_bucket_is_full(redis: Redis) -> None:
+    """PX is the debt in ms, so a missing key always means a full bucket."""
+    script = redis.register_script(GCRA_SCRIPT)
+    key = "studio:rl:v1:{test:px}:p"
+    reply = await script(keys=[key], args=[NOW, 5, 2_000_000, 1])
+    assert 0 < await redis.pttl(key) <= -(-reply[3] // 1000)
+
+
+def test_keys_of_a_subject_share_one_hash_tag_and_slot() -> None:
+    """Cluster-safe: one {subject} per key, one slot per subject."""
+    policies = [Policy(n, 10, 60, 5) for n in ("x", "y", "z")]
+    keys = [bucket_key("ip6:2001:db8::/64", p) for p in policies]
+    assert all(k.count("{") == 1 and "{ip6:2001:db8::/64}" in k for k in keys)
+    assert len({key_slot(k.encode()) for k in keys}) == 1
+
+
+@pytest.mark.parametrize(
+    ("quota", "window", "burst"),
+    [(10, 60, 0), (10, 0, 5), (5, 60, 6), (5, 60, 5), (2**40, 1, 2**40 - 1)],
+)
+def test_impossible_policies_are_refused(quota: int, window: int, burst: int) -> None:
+    """Validation at start-up: bursts, windows, cooldowns and the 2^53 bound."""
+    with pytest.raises(ValueError, match="policy"):
+        Policy("p", quota, window, burst if burst else 0)
+
+
+def test_the_interval_keeps_the_advertised_quota() -> None:
+    """T = ceil(w / (q - B)): at most q requests in any window w."""
+    gallery = Policy("gallery", 120, 60, 60)
+    assert gallery.interval_us == 1_000_000
+    assert gallery.burst + (60 * 1_000_000) // gallery.interval_us <= gallery.quota
+    assert Policy("cooldown", 1, 60, 1).interval_us == 60_000_000
+
+
+async def test_the_limiter_uses_redis_time_and_recovers_after_the_interval(
+    redis: Redis, redis_server: RedisServer
+) -> None:
+    """Production calls pass no clock: allowed, denied, allowed again after T."""
+    limiter = Limiter.from_url(redis_server.url)
+    policy = Policy("tick", 2, 1, 1)  # T = 1 s... scaled down below
+    quick = Policy("quick", 6, 1, 1)  # T = 200 ms
+    try:
+        assert (await limiter.check("test:time", [quick])).allowed
+        denied = await limiter.check("test:time", [quick])
+        assert not denied.allowed
+        assert denied.retry_after == 1
+        await asyncio.sleep(0.21)
+        assert (await limiter.check("test:time", [quick])).allowed
+        assert policy.interval_us == 1_000_000
+    finally:
+        await limiter.aclose()
+
+
+async def test_a_remembered_denial_costs_no_redis_round_trip(
+    redis: Redis, redis_server: RedisServer
+) -> None:
+    """After one denial, a flood is answered in process until the retry time."""
+    limiter = Limiter.from_url(redis_server.url)
+    policy = Policy("flood", 2, 3600, 1)
+    try:
+        await limiter.check("test:flood", [policy])
+        assert not (await limiter.check("test:flood", [policy])).allowed
+        before = int((await redis.info("stats"))["total_commands_processed"])
+        for _ in range(200):
+            decision = await limiter.check("test:flood", [policy])
+            assert not decision.allowed
+            assert decision.retry_after > 3500
+        after = int((await redis.info("stats"))["total_commands_processed"])
+        assert after - before == 1  # only our own INFO
+    finally:
+        await limiter.aclose()
+
+
+async def test_the_limiter_survives_a_script_flush(
+    redis: Redis, redis_server: RedisServer
+) -> None:
+    """EVALSHA reloads the script after SCRIPT FLUSH."""
+    limiter = Limiter.from_url(redis_server.url)
+    try:
+        await limiter.check("test:flush", [Policy("f", 10, 60, 5)])
+        await redis.script_flush()
+        assert (await limiter.check("test:flush", [Policy("f", 10, 60, 5)])).allowed
+    finally:
+        await limiter.aclose()
+
+
+async def test_a_dead_redis_fails_fast_and_opens_the_breaker() -> None:
+    """Against a closed port: LimiterUnavailable within 100 ms, then no calls at all."""
+    limiter = Limiter.from_url(f"redis://127.0.0.1:{free_port()}/0")
+    limiter.breaker = Breaker(threshold=3, cooldown=0.3)
+    policy = Policy("dead", 10, 60, 5)
+    try:
+        for _ in range(3):
+            started = time.monotonic()
+            with pytest.raises(LimiterUnavailable):
+                await limiter.check("test:dead", [policy])
+            assert time.monotonic() - started < 0.1
+        assert limiter.breaker.opened_at is not None
+        started = time.monotonic()
+        with pytest.raises(LimiterUnavailable):
+            await limiter.check("test:dead", [policy])
+        assert time.monotonic() - started < 0.005
+        await asyncio.sleep(0.3)
+        assert limiter.breaker.allow()  # half-open: one call may try again
+    finally:
+        await limiter.aclose()
+
+
+def test_the_local_fallback_bucket_behaves_like_the_script() -> None:
+    """Burst, then denial with an exact retry, all-or-nothing."""
+    local = LocalBuckets()
+    policy = Policy("local", 20, 3600, 10)
+    decisions = [local.check("ip4:1.2.3.4", [policy]) for _ in range(11)]
+    assert [d.allowed for d in decisions] == [True] * 10 + [False]
+    assert [d.states[0].remaining for d in decisions[:10]] == list(range(9, -1, -1))
+    assert 0 < decisions[-1].retry_after <= 360
+    assert local.check("ip4:5.6.7.8", [policy]).allowed
