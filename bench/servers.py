@@ -3,7 +3,9 @@
 `ours` is the real app from create_app. `bare` is a plain aiohttp app that returns
 the same response, body and headers, from constants; `bare-body` returns only the
 same body (the cost of the contract's headers shows as the gap between the two).
-All use the same run_app options and event loop.
+`limits` serves our square handler behind the `limits` library's async Redis
+moving window instead of our limiter; `square-bare` returns the square's first
+page from a constant. All use the same run_app options and event loop.
 """
 
 from __future__ import annotations
@@ -14,9 +16,14 @@ import os
 
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.typedefs import Handler
 
 from service.app import create_app
+from service.errors import setup_errors
+from service.keys import SETTINGS
+from service.redis_store import redis_ctx
 from service.settings import load_settings
+from service.square import list_square
 
 Captured = tuple[bytes, dict[str, str]]
 # Set by aiohttp on every response; everything else is copied.
@@ -75,10 +82,70 @@ def bare_app(captured: dict[str, Captured], *, with_headers: bool) -> web.Applic
     return app
 
 
+def limits_app(app: web.Application) -> web.Application:
+    """Our square handler, limited by `limits` (moving window, Redis) instead."""
+    from limits import RateLimitItemPerMinute
+    from limits.aio.storage import RedisStorage
+    from limits.aio.strategies import MovingWindowRateLimiter
+
+    settings = app[SETTINGS]
+    gallery = settings.limits["gallery"]
+    item = RateLimitItemPerMinute(gallery.quota)
+    storage = RedisStorage(settings.redis_url, implementation="redispy")
+    limiter = MovingWindowRateLimiter(storage)
+
+    @web.middleware
+    async def limits_middleware(
+        request: web.Request, handler: Handler
+    ) -> web.StreamResponse:
+        client = request.remote or "unknown"
+        if not await limiter.hit(item, "gallery", client):
+            raise web.HTTPTooManyRequests
+        # Headers as Flask-Limiter and slowapi build them: one more round trip.
+        stats = await limiter.get_window_stats(item, "gallery", client)
+        response = await handler(request)
+        response.headers["RateLimit-Policy"] = f'"gallery";q={gallery.quota};w=60'
+        response.headers["RateLimit"] = f'"gallery";r={stats.remaining}'
+        return response
+
+    limited = web.Application()
+    limited[SETTINGS] = settings
+    setup_errors(limited)
+    limited.middlewares.append(limits_middleware)
+    limited.cleanup_ctx.append(redis_ctx)
+    limited.router.add_get("/api/square", list_square)
+    limited.router.add_get("/healthz", _ok)
+    return limited
+
+
+async def _ok(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+async def _capture_square(app: web.Application) -> tuple[bytes, dict[str, str]]:
+    async with TestClient(TestServer(app)) as client:
+        response = await client.get("/api/square")
+        return await response.read(), {"Content-Type": "application/json"}
+
+
+def square_bare_app(body: bytes) -> web.Application:
+    """Return the square's first page from a constant."""
+
+    async def square(request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="application/json")
+
+    bare = web.Application()
+    bare.router.add_get("/api/square", square)
+    bare.router.add_get("/healthz", _ok)
+    return bare
+
+
 def main() -> None:
     """Run one server until killed."""
     parser = argparse.ArgumentParser()
-    parser.add_argument("which", choices=["ours", "bare", "bare-body"])
+    parser.add_argument(
+        "which", choices=["ours", "bare", "bare-body", "limits", "square-bare"]
+    )
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
     args = parser.parse_args()
@@ -87,6 +154,11 @@ def main() -> None:
     if args.which.startswith("bare"):
         captured = asyncio.run(_capture(create_app(settings)))
         app = bare_app(captured, with_headers=args.which == "bare")
+    elif args.which == "limits":
+        app = limits_app(app)
+    elif args.which == "square-bare":
+        body, _ = asyncio.run(_capture_square(create_app(settings)))
+        app = square_bare_app(body)
     web.run_app(
         app,
         host="127.0.0.1",

@@ -8,7 +8,7 @@ from aiohttp import web
 from redis.asyncio import Redis
 
 from .content import Content
-from .ratelimit import Decision, Limiter, LocalBuckets
+from .ratelimit import Decision, Limiter
 from .settings import Settings
 
 if TYPE_CHECKING:  # the stores import this module; their types are named in quotes
@@ -26,7 +26,6 @@ CODES: Final = web.AppKey["CodeStore"]("codes")
 ACCOUNTS: Final = web.AppKey["AccountStore"]("accounts")
 SESSIONS: Final = web.AppKey["SessionStore"]("sessions")
 LIMITER: Final = web.AppKey("limiter", Limiter)
-FALLBACK_BUCKETS: Final = web.AppKey("fallback_buckets", LocalBuckets)
 SQUARE: Final = web.AppKey["SquareStore"]("square")
 
 SESSION: Final = web.RequestKey["Session"]("session")

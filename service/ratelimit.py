@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import math
 import re
 import time
@@ -10,12 +11,12 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from .deadline import within
 
@@ -27,10 +28,10 @@ _SUBJECT: Final = re.compile(r"^[A-Za-z0-9:./_-]+$")
 MICROS: Final = 1_000_000
 # A decision never waits longer than this for Redis.
 DECISION_BUDGET_SECONDS: Final = 0.1
-# Calls in flight to Redis at once (the pool's size). Waiting for a slot is our own
-# load, not Redis's, so it is not charged to the budget; a hung Redis opens the
-# breaker after a few budgets and the queue then drains at once.
-IN_FLIGHT: Final = 64
+# Connections of the limiter's pool.
+POOL_SIZE: Final = 16
+# Decisions that arrive in the same event-loop turn share one pipelined round trip.
+MAX_BATCH: Final = 256
 
 
 class LimiterUnavailable(Exception):
@@ -126,11 +127,28 @@ def bucket_key(subject: str, policy: Policy) -> str:
 
 
 class LocalBuckets:
-    """The same GCRA in process memory: the fallback when Redis is unreachable."""
+    """The same GCRA in process memory: the fallback when Redis is unreachable.
+
+    Every answer Redis gives is copied in, so a fallback continues from the
+    shared state instead of handing out a fresh burst.
+    """
 
     def __init__(self, max_subjects: int = 10_000) -> None:
         self._tats: OrderedDict[str, int] = OrderedDict()
         self._max = max_subjects
+
+    def observe(self, subject: str, decision: Decision) -> None:
+        """Copy Redis's view of a subject's buckets (µs until full) into memory."""
+        now = time.monotonic_ns() // 1000
+        for state in decision.states:
+            key = bucket_key(subject, state.policy)
+            self._tats[key] = now + state.reset_us
+            self._tats.move_to_end(key)
+        self._trim()
+
+    def _trim(self) -> None:
+        while len(self._tats) > self._max:
+            self._tats.popitem(last=False)
 
     def check(
         self, subject: str, policies: Sequence[Policy], cost: int = 1
@@ -159,8 +177,7 @@ class LocalBuckets:
             states.append(
                 BucketState(policy, (tau - debt) // policy.interval_us, retry, debt)
             )
-        while len(self._tats) > self._max:
-            self._tats.popitem(last=False)
+        self._trim()
         return Decision(allowed, tuple(states))
 
 
@@ -195,27 +212,83 @@ class Breaker:
 
 
 @dataclass
+class _Batcher:
+    """Send the EVALSHAs of one event-loop turn as one pipeline: one round trip.
+
+    Each call stays its own atomic script run; only the network trip is shared,
+    so concurrent requests cost one write and one read instead of one each.
+    """
+
+    def __init__(self, redis: Redis, script: str) -> None:
+        self._redis = redis
+        self._script = script
+        self._sha = hashlib.sha1(script.encode()).hexdigest()
+        self._queue: list[tuple[list[str], list[int | str], asyncio.Future[Any]]] = []
+        self._running: set[asyncio.Task[None]] = set()
+
+    def submit(self, keys: list[str], args: list[int | str]) -> asyncio.Future[Any]:
+        """Queue one script run; its reply (or error) arrives on the future."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        if not self._queue:
+            loop.call_soon(self._flush)
+        self._queue.append((keys, args, future))
+        return future
+
+    def _flush(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+            task = asyncio.ensure_future(self._run(batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _run(self, batch: list[tuple[list[str], list[int | str], Any]]) -> None:
+        try:
+            replies = await self._send(batch)
+            if any(isinstance(r, NoScriptError) for r in replies):
+                await self._redis.script_load(self._script)
+                replies = await self._send(batch)
+        except Exception as err:
+            replies = [err] * len(batch)
+        for (_, _, future), reply in zip(batch, replies, strict=True):
+            if future.done():
+                continue  # its caller gave up at the deadline
+            if isinstance(reply, Exception):
+                future.set_exception(reply)
+            else:
+                future.set_result(reply)
+
+    async def _send(
+        self, batch: list[tuple[list[str], list[int | str], Any]]
+    ) -> list[Any]:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for keys, args, _ in batch:
+                pipe.evalsha(self._sha, len(keys), *keys, *args)
+            return list(await pipe.execute(raise_on_error=False))
+
+
+@dataclass
 class Limiter:
     """Decide a subject's policies in one EVALSHA; fail fast; remember denials."""
 
     redis: Redis
     breaker: Breaker = field(default_factory=Breaker)
+    local: LocalBuckets = field(default_factory=LocalBuckets)
     # (subject, policy names) -> (monotonic time of the denial, the denial)
     _denials: dict[tuple[str, tuple[str, ...]], tuple[float, Decision]] = field(
         default_factory=dict
     )
 
     def __post_init__(self) -> None:
-        self._gcra = self.redis.register_script(GCRA_SCRIPT)
+        self._batcher = _Batcher(self.redis, GCRA_SCRIPT)
         self._refund = self.redis.register_script(REFUND_SCRIPT)
-        self._slots = asyncio.Semaphore(IN_FLIGHT)
 
     @classmethod
     def from_url(cls, url: str) -> Limiter:
         """Build a limiter with its own pool: no retries, 100 ms timeouts."""
         pool = BlockingConnectionPool.from_url(
             url,
-            max_connections=IN_FLIGHT,
+            max_connections=POOL_SIZE,
             timeout=DECISION_BUDGET_SECONDS,
             socket_timeout=DECISION_BUDGET_SECONDS,
             socket_connect_timeout=DECISION_BUDGET_SECONDS,
@@ -244,18 +317,19 @@ class Limiter:
         args: list[int | str] = ["" if now_us is None else now_us]
         for policy in policies:
             args += [policy.burst, policy.interval_us, cost]
-        async with self._slots:
-            if not self.breaker.allow():
-                raise LimiterUnavailable
-            try:
-                reply = await within(
-                    DECISION_BUDGET_SECONDS, self._gcra(keys=keys, args=args)
-                )
-            except (RedisError, OSError, TimeoutError) as err:
-                self.breaker.record(False)
-                raise LimiterUnavailable from err
+        if not self.breaker.allow():
+            raise LimiterUnavailable
+        try:
+            reply = await within(
+                DECISION_BUDGET_SECONDS, self._batcher.submit(keys, args)
+            )
+        except (RedisError, OSError, TimeoutError) as err:
+            self.breaker.record(False)
+            raise LimiterUnavailable from err
         self.breaker.record(True)
         decision = _decision(policies, reply)
+        if now_us is None:
+            self.local.observe(subject, decision)
         if not decision.allowed and now_us is None:
             # A denied GCRA bucket cannot refill before its retry time, and a
             # denial writes nothing, so repeating it locally until then is exact.

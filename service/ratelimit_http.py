@@ -12,7 +12,7 @@ from aiohttp.typedefs import Handler
 
 from .client_ip import IPNetwork, client_address, subject_of
 from .errors import ApiError
-from .keys import CLIENT, DECISIONS, FALLBACK_BUCKETS, LIMITER
+from .keys import CLIENT, DECISIONS, LIMITER
 from .ratelimit import Decision, LimiterUnavailable, Policy
 
 _LOGGER: Final = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ async def enforce(
             raise ApiError(
                 503, "UNAVAILABLE", headers={hdrs.RETRY_AFTER: UNAVAILABLE_RETRY_AFTER}
             ) from None
-        decision = app[FALLBACK_BUCKETS].check(subject, policies)
+        decision = app[LIMITER].local.check(subject, policies)
     request.setdefault(DECISIONS, []).append(decision)
     if not decision.allowed:
         raise rate_limited(decision)

@@ -14,14 +14,13 @@ from .codes import CodeStore
 from .keys import (
     ACCOUNTS,
     CODES,
-    FALLBACK_BUCKETS,
     LIMITER,
     REDIS,
     SESSIONS,
     SETTINGS,
     SQUARE,
 )
-from .ratelimit import Limiter, LocalBuckets
+from .ratelimit import Limiter
 from .sessions import SessionStore
 from .square import SquareStore
 
@@ -53,6 +52,5 @@ async def limiter_ctx(app: web.Application) -> AsyncIterator[None]:
     """Give the limiter its own pool: no retries, 50 ms socket timeouts."""
     limiter = Limiter.from_url(app[SETTINGS].redis_url)
     app[LIMITER] = limiter
-    app[FALLBACK_BUCKETS] = LocalBuckets()
     yield
     await limiter.aclose()

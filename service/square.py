@@ -13,7 +13,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 
 from aiohttp import web
 from redis.asyncio import Redis
@@ -22,7 +22,6 @@ from redis.exceptions import RedisError
 from .deadline import within
 from .errors import ApiError
 from .keys import SQUARE
-from .payloads import json_response
 from .sessions import anonymous
 
 # All square keys share one hash tag, so publishing is one atomic step on Cluster too.
@@ -87,9 +86,6 @@ def decode_cursor(cursor: str) -> int:
     if version != "v1" or sequence < 1 or not number.isdigit():
         raise ApiError(400, "BAD_REQUEST")
     return sequence
-
-
-Page = tuple[list[Work], int | None]
 
 
 class _ReadCache:
@@ -183,26 +179,32 @@ class SquareStore:
         self._cache.clear()
         return removed
 
-    async def get(self, work_id: str) -> Work | None:
-        """Return a published work."""
+    async def work_json(self, work_id: str) -> bytes | None:
+        """Return a published work as the JSON the API answers with."""
 
-        async def read() -> Work | None:
-            raw = await self._redis.get(_work_key(work_id))
-            return Work(**json.loads(raw)) if raw else None
+        async def read() -> bytes | None:
+            raw = cast(bytes | None, await self._redis.get(_work_key(work_id)))
+            return raw
 
-        work: Work | None = await self._cached(("work", work_id), read)
-        return work
+        body: bytes | None = await self._cached(("work", work_id), read)
+        return body
 
-    async def page(self, before: int | None, limit: int) -> Page:
-        """Return up to `limit` works older than `before`, and the next position."""
+    async def page_json(self, before: int | None, limit: int) -> bytes:
+        """Return a page of the feed as the JSON the API answers with."""
 
-        async def read() -> Page:
+        async def read() -> bytes:
             return await self._page(before, limit)
 
-        page: Page = await self._cached(("page", before, limit), read)
-        return page
+        body: bytes = await self._cached(("page", before, limit), read)
+        return body
 
-    async def _page(self, before: int | None, limit: int) -> Page:
+    async def get(self, work_id: str) -> Work | None:
+        """Return a published work."""
+        body = await self.work_json(work_id)
+        return Work(**json.loads(body)) if body else None
+
+    async def _page(self, before: int | None, limit: int) -> bytes:
+        """Assemble a page from the works' stored JSON, without re-encoding it."""
         top: int | str = f"({before}" if before is not None else "+inf"
         found: list[tuple[bytes, float]] = await self._redis.zrevrangebyscore(
             FEED, top, "-inf", start=0, num=limit + 1, withscores=True
@@ -210,10 +212,17 @@ class SquareStore:
         more = len(found) > limit
         rows = found[:limit]
         keys = [_work_key(member.decode()) for member, _ in rows]
-        raws = await self._redis.mget(keys) if keys else []
-        works = [Work(**json.loads(raw)) for raw in raws if raw]
-        next_position = int(rows[-1][1]) if more and rows else None
-        return works, next_position
+        raws = cast(list[bytes | None], await self._redis.mget(keys) if keys else [])
+        cursor = encode_cursor(int(rows[-1][1])) if more and rows else None
+        return b"".join(
+            (
+                b'{"items": [',
+                b", ".join(raw for raw in raws if raw),
+                b'], "next_cursor": ',
+                json.dumps(cursor).encode(),
+                b"}",
+            )
+        )
 
 
 def _limit(raw: str | None) -> int:
@@ -224,8 +233,12 @@ def _limit(raw: str | None) -> int:
     return int(raw)
 
 
-def _public(work: Work) -> dict[str, Any]:
-    return asdict(work)
+def _json(body: bytes) -> web.Response:
+    return web.Response(
+        body=body,
+        content_type="application/json",
+        headers={"Cache-Control": CACHE_CONTROL},
+    )
 
 
 @anonymous
@@ -237,27 +250,18 @@ async def list_square(request: web.Request) -> web.StreamResponse:
     limit = _limit(query.get("limit"))
     cursor = query.get("cursor") or None
     before = decode_cursor(cursor) if cursor else None
-    works, position = await request.config_dict[SQUARE].page(before, limit)
-    response = json_response(
-        {
-            "items": [_public(work) for work in works],
-            "next_cursor": encode_cursor(position) if position is not None else None,
-        }
-    )
-    response.headers["Cache-Control"] = CACHE_CONTROL
-    return response
+    return _json(await request.config_dict[SQUARE].page_json(before, limit))
 
 
 @anonymous
 async def get_work(request: web.Request) -> web.StreamResponse:
     """Show one published work, or 404."""
     work_id = request.match_info["work_id"]
-    work = await request.config_dict[SQUARE].get(work_id) if work_id.isalnum() else None
-    if work is None:
+    store = request.config_dict[SQUARE]
+    body = await store.work_json(work_id) if work_id.isalnum() else None
+    if body is None:
         raise ApiError(404, "NOT_FOUND")
-    response = json_response(_public(work))
-    response.headers["Cache-Control"] = CACHE_CONTROL
-    return response
+    return _json(body)
 
 
 def setup_square_routes(api: web.Application) -> None:

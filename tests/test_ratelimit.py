@@ -309,3 +309,12 @@ def test_the_local_fallback_bucket_behaves_like_the_script() -> None:
     assert [d.states[0].remaining for d in decisions[:10]] == list(range(9, -1, -1))
     assert 0 < decisions[-1].retry_after <= 360
     assert local.check("ip4:5.6.7.8", [policy]).allowed
+
+
+def test_the_fallback_continues_from_what_redis_last_said() -> None:
+    """A spent bucket stays spent when Redis goes away: no fresh burst."""
+    local = LocalBuckets()
+    policy = Policy("seeded", 20, 3600, 10)
+    spent = LocalBuckets().check("ip4:9.9.9.9", [policy], cost=10)
+    local.observe("ip4:9.9.9.9", spent)
+    assert not local.check("ip4:9.9.9.9", [policy]).allowed

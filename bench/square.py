@@ -1,0 +1,75 @@
+"""GET /api/square three ways, in one run, against their baselines.
+
+1. ours, every request allowed (one EVALSHA each), against the same handler
+   limited by the `limits` library's async Redis moving window (hit, then window
+   stats for the headers, as Flask-Limiter and slowapi do). Target: >= 1.5x.
+2. ours with a single client flooding far past its limit (every answer a 429,
+   denials remembered in process) against a bare aiohttp handler returning the
+   square's first page from a constant. Target: >= 0.8x.
+Usage: python bench/square.py [--pairs 9] [--seconds 2] [--connections 32]
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import ExitStack
+
+from harness import arguments, compare, report, server
+from redis.asyncio import Redis
+
+from service.embedded import RedisServer
+from service.square import SquareStore
+
+OPEN = {
+    "STUDIO_LIMITS_GALLERY_QUOTA": "1000000000",
+    "STUDIO_LIMITS_GALLERY_BURST": "100000000",
+}
+FLOOD = {
+    "STUDIO_LIMITS_GALLERY_QUOTA": "2",
+    "STUDIO_LIMITS_GALLERY_WINDOW": "3600",
+    "STUDIO_LIMITS_GALLERY_BURST": "1",
+}
+
+
+async def publish(url: str, count: int = 20) -> None:
+    """Fill the square with works so a page has something to show."""
+    client = Redis.from_url(url)
+    store = SquareStore(client)
+    for index in range(count):
+        await store.publish(
+            kind="image",
+            model="Seedream 4.0",
+            prompt=f"a lighthouse at dusk, study {index}",
+            media_url=f"https://cdn.liuguang.studio/works/{index}.webp",
+            width=1024,
+            height=1024,
+        )
+    await client.aclose()
+
+
+def main() -> None:
+    """Measure and print the ratios."""
+    args = arguments(__doc__)
+    with RedisServer() as redis, ExitStack() as stack:
+        asyncio.run(publish(redis.url))
+        ours = stack.enter_context(server("ours", redis.url, variables=OPEN))
+        limits = stack.enter_context(server("limits", redis.url, variables=OPEN))
+        flood = stack.enter_context(server("ours", redis.url, variables=FLOOD))
+        bare = stack.enter_context(server("square-bare", redis.url, variables=OPEN))
+        path = "/api/square"
+        rows = {
+            "ours vs limits": compare((ours, path, None), (limits, path, None), args)
+        }
+        args.non_2xx = True  # the flooding client is answered 429 on purpose
+        rows["flood 429 vs bare"] = compare(
+            (flood, path, None), (bare, path, None), args
+        )
+    report(
+        f"GET /api/square; wrk -t1 -c{args.connections}; {args.pairs} alternating"
+        f" pairs of {args.seconds}s; medians; cpu = requests per server CPU-second",
+        rows,
+    )
+
+
+if __name__ == "__main__":
+    main()
