@@ -5,7 +5,9 @@ the same response, body and headers, from constants; `bare-body` returns only th
 same body (the cost of the contract's headers shows as the gap between the two).
 `limits` serves our square handler behind the `limits` library's async Redis
 moving window instead of our limiter; `square-bare` returns the square's first
-page from a constant. All use the same run_app options and event loop.
+page from a constant; `square-bare-429` returns, from constants, the very
+429 (body and headers) our app gives a flooding client. All use the same
+run_app options and event loop.
 """
 
 from __future__ import annotations
@@ -128,6 +130,27 @@ async def _capture_square(app: web.Application) -> tuple[bytes, dict[str, str]]:
         return await response.read(), {"Content-Type": "application/json"}
 
 
+async def _capture_denial(app: web.Application) -> tuple[bytes, dict[str, str]]:
+    async with TestClient(TestServer(app)) as client:
+        for _ in range(3):
+            response = await client.get("/api/square")
+        assert response.status == 429
+        headers = {k: v for k, v in response.headers.items() if k not in _PER_RESPONSE}
+        return await response.read(), headers
+
+
+def denial_bare_app(body: bytes, headers: dict[str, str]) -> web.Application:
+    """Return our flood 429, byte for byte, from constants."""
+
+    async def square(request: web.Request) -> web.Response:
+        return web.Response(status=429, body=body, headers=headers)
+
+    bare = web.Application()
+    bare.router.add_get("/api/square", square)
+    bare.router.add_get("/healthz", _ok)
+    return bare
+
+
 def square_bare_app(body: bytes) -> web.Application:
     """Return the square's first page from a constant."""
 
@@ -144,7 +167,15 @@ def main() -> None:
     """Run one server until killed."""
     parser = argparse.ArgumentParser()
     parser.add_argument(
-        "which", choices=["ours", "bare", "bare-body", "limits", "square-bare"]
+        "which",
+        choices=[
+            "ours",
+            "bare",
+            "bare-body",
+            "limits",
+            "square-bare",
+            "square-bare-429",
+        ],
     )
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop")
@@ -159,6 +190,9 @@ def main() -> None:
     elif args.which == "square-bare":
         body, _ = asyncio.run(_capture_square(create_app(settings)))
         app = square_bare_app(body)
+    elif args.which == "square-bare-429":
+        body, headers = asyncio.run(_capture_denial(create_app(settings)))
+        app = denial_bare_app(body, headers)
     web.run_app(
         app,
         host="127.0.0.1",

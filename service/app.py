@@ -20,7 +20,7 @@ from .headers import SecurityHeaders, content_security_policy, setup_headers
 from .keys import CONTENT, SETTINGS
 from .mailer import mailer_ctx
 from .openapi import media_for
-from .ratelimit_http import RouteLimit, setup_ratelimit
+from .ratelimit_http import RouteLimit, setup_ratelimit, setup_remembered_denials
 from .redis_store import limiter_ctx, redis_ctx
 from .representation import Representation, prepare, respond
 from .routes import PUBLIC_ROUTES, setup_public_routes
@@ -79,31 +79,36 @@ def _error_pages(
 def _api_app(settings: Settings, security: SecurityHeaders) -> web.Application:
     """Build the internal /api sub-application, where every middleware lives."""
     api = web.Application(client_max_size=MAX_BODY_BYTES)
+    limits = settings.limits
+    routes = {
+        # The square fails open (a local bucket) when Redis is gone: browsing is
+        # harmless. Sign-in fails closed: it sends mail and guards accounts.
+        "square_list": RouteLimit((limits["gallery"],), fail_open=True),
+        "square_item": RouteLimit((limits["gallery"],), fail_open=True),
+        "auth_code": RouteLimit((limits["code-ip"],), fail_open=False),
+        "auth_verify": RouteLimit((limits["verify-ip"],), fail_open=False),
+    }
     # Order matters, outermost first:
-    # 1. errors: every failure below it (unknown paths, wrong methods, a dead
+    # 1. remembered denials: names the client (trusted proxies only) and answers
+    #    one Redis already refused from memory, so a flood costs the least;
+    # 2. errors: every failure below it (unknown paths, wrong methods, a dead
     #    Redis, crashes) becomes {"error": CODE} with no internal detail;
-    # 2. csrf: a cross-origin state change is refused before anything runs;
-    # 3. ratelimit: names the client (trusted proxies only) and charges the
-    #    route's per-client buckets before any body is read or Redis touched;
-    # 4. sessions: a route not marked @anonymous answers 401 NO_SESSION before
+    # 3. csrf: a cross-origin state change is refused before anything runs;
+    # 4. ratelimit: charges the route's per-client buckets before any body is
+    #    read or the store touched;
+    # 5. sessions: a route not marked @anonymous answers 401 NO_SESSION before
     #    its handler runs, so a new route is guarded without anyone remembering.
     # Security and RateLimit headers ride on on_response_prepare, so they reach
     # every answer, 429s and errors included.
-    limits = settings.limits
+    setup_remembered_denials(
+        api,
+        routes=routes,
+        trusted_proxies=settings.trusted_proxies,
+        security=security,
+    )
     setup_errors(api)
     setup_csrf(api, origin=settings.base_url)
-    setup_ratelimit(
-        api,
-        routes={
-            # The square fails open (a local bucket) when Redis is gone: browsing
-            # is harmless. Sign-in fails closed: it sends mail and guards accounts.
-            "square_list": RouteLimit((limits["gallery"],), fail_open=True),
-            "square_item": RouteLimit((limits["gallery"],), fail_open=True),
-            "auth_code": RouteLimit((limits["code-ip"],), fail_open=False),
-            "auth_verify": RouteLimit((limits["verify-ip"],), fail_open=False),
-        },
-        trusted_proxies=settings.trusted_proxies,
-    )
+    setup_ratelimit(api, routes=routes)
     setup_sessions(api, secure=settings.https)
     setup_headers(api, security)
     setup_auth_routes(api)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Sequence
+from functools import lru_cache
 from typing import Final
 
 from aiohttp import web
@@ -14,6 +15,7 @@ IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 IPV6_PREFIX: Final = 64
 
 
+@lru_cache(maxsize=4096)
 def parse_ip(text: str) -> IPAddress | None:
     """Parse an address as peers and proxies write it: bare, [v6]:port or v4:port."""
     text = text.strip()
@@ -58,6 +60,7 @@ def client_address(
     return peer
 
 
+@lru_cache(maxsize=4096)
 def subject_of(address: IPAddress | None) -> str:
     """Name the rate-limit subject of an address: IPv4 as is, IPv6 by its /64."""
     if address is None:

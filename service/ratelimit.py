@@ -10,6 +10,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -32,6 +33,9 @@ DECISION_BUDGET_SECONDS: Final = 0.1
 POOL_SIZE: Final = 16
 # Decisions that arrive in the same event-loop turn share one pipelined round trip.
 MAX_BATCH: Final = 256
+
+
+MemoKey = tuple[str, tuple[str, ...]]
 
 
 class LimiterUnavailable(Exception):
@@ -109,11 +113,12 @@ class Decision:
 
     allowed: bool
     states: tuple[BucketState, ...]
+    worst_retry_us: int = field(init=False)
 
-    @property
-    def worst_retry_us(self) -> int:
-        """Return µs until every denying bucket would let the request pass."""
-        return max((s.retry_us for s in self.states if s.denied), default=0)
+    def __post_init__(self) -> None:
+        # µs until every denying bucket would let the request pass
+        worst = max((s.retry_us for s in self.states if s.denied), default=0)
+        object.__setattr__(self, "worst_retry_us", worst)
 
     @property
     def retry_after(self) -> int:
@@ -216,11 +221,14 @@ class _Batcher:
     """Send the EVALSHAs of one event-loop turn as one pipeline: one round trip.
 
     Each call stays its own atomic script run; only the network trip is shared,
-    so concurrent requests cost one write and one read instead of one each.
+    so concurrent requests cost one write and one read instead of one each. A
+    batch has one deadline: past it, every caller still waiting gets a
+    TimeoutError at once, while the late pipeline finishes on its own.
     """
 
-    def __init__(self, redis: Redis, script: str) -> None:
+    def __init__(self, redis: Redis, script: str, budget: float) -> None:
         self._redis = redis
+        self._budget = budget
         self._script = script
         self._sha = hashlib.sha1(script.encode()).hexdigest()
         self._queue: list[tuple[list[str], list[int | str], asyncio.Future[Any]]] = []
@@ -236,11 +244,15 @@ class _Batcher:
         return future
 
     def _flush(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._queue:
             batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
+            futures = [future for _, _, future in batch]
+            deadline = loop.call_later(self._budget, _expire, futures)
             task = asyncio.ensure_future(self._run(batch))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
+            task.add_done_callback(partial(_cancel, deadline))
 
     async def _run(self, batch: list[tuple[list[str], list[int | str], Any]]) -> None:
         try:
@@ -267,6 +279,16 @@ class _Batcher:
             return list(await pipe.execute(raise_on_error=False))
 
 
+def _cancel(timer: asyncio.TimerHandle, _: object) -> None:
+    timer.cancel()
+
+
+def _expire(futures: list[asyncio.Future[Any]]) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_exception(TimeoutError("limiter decision over budget"))
+
+
 @dataclass
 class Limiter:
     """Decide a subject's policies in one EVALSHA; fail fast; remember denials."""
@@ -275,13 +297,22 @@ class Limiter:
     breaker: Breaker = field(default_factory=Breaker)
     local: LocalBuckets = field(default_factory=LocalBuckets)
     # (subject, policy names) -> (monotonic time of the denial, the denial)
-    _denials: dict[tuple[str, tuple[str, ...]], tuple[float, Decision]] = field(
-        default_factory=dict
-    )
+    _denials: dict[MemoKey, tuple[float, Decision]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self._batcher = _Batcher(self.redis, GCRA_SCRIPT)
+        self._batcher = _Batcher(self.redis, GCRA_SCRIPT, DECISION_BUDGET_SECONDS)
         self._refund = self.redis.register_script(REFUND_SCRIPT)
+
+    def remembered(self, memo_key: MemoKey) -> tuple[Decision, int] | None:
+        """Return a denial Redis gave that still holds, and µs since it was given."""
+        if (memo := self._denials.get(memo_key)) is None:
+            return None
+        at, denial = memo
+        elapsed_us = int((time.monotonic() - at) * MICROS)
+        if elapsed_us < denial.worst_retry_us:
+            return denial, elapsed_us
+        del self._denials[memo_key]
+        return None
 
     @classmethod
     def from_url(cls, url: str) -> Limiter:
@@ -307,12 +338,8 @@ class Limiter:
         if not _SUBJECT.match(subject):
             raise ValueError(f"bad subject {subject!r}")
         memo_key = (subject, tuple(p.name for p in policies))
-        if now_us is None and (memo := self._denials.get(memo_key)):
-            at, denial = memo
-            elapsed_us = int((time.monotonic() - at) * MICROS)
-            if elapsed_us < denial.worst_retry_us:
-                return _shifted(denial, elapsed_us)
-            del self._denials[memo_key]
+        if now_us is None and (memo := self.remembered(memo_key)) is not None:
+            return shifted(*memo)
         keys = [bucket_key(subject, p) for p in policies]
         args: list[int | str] = ["" if now_us is None else now_us]
         for policy in policies:
@@ -320,9 +347,7 @@ class Limiter:
         if not self.breaker.allow():
             raise LimiterUnavailable
         try:
-            reply = await within(
-                DECISION_BUDGET_SECONDS, self._batcher.submit(keys, args)
-            )
+            reply = await self._batcher.submit(keys, args)
         except (RedisError, OSError, TimeoutError) as err:
             self.breaker.record(False)
             raise LimiterUnavailable from err
@@ -364,7 +389,7 @@ def _decision(policies: Sequence[Policy], reply: Sequence[int]) -> Decision:
     return Decision(bool(reply[0]), states)
 
 
-def _shifted(decision: Decision, elapsed: int) -> Decision:
+def shifted(decision: Decision, elapsed: int) -> Decision:
     """Replay a remembered denial with its clocks moved on by `elapsed` µs."""
     states = tuple(
         BucketState(

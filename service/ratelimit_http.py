@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
 from .client_ip import IPNetwork, client_address, subject_of
 from .errors import ApiError
+from .headers import SecurityHeaders
 from .keys import CLIENT, DECISIONS, LIMITER
-from .ratelimit import Decision, LimiterUnavailable, Policy
+from .ratelimit import (
+    MICROS,
+    Decision,
+    Limiter,
+    LimiterUnavailable,
+    MemoKey,
+    Policy,
+    shifted,
+)
 
 _LOGGER: Final = logging.getLogger(__name__)
 PROBLEM_TYPE: Final = "https://iana.org/assignments/http-problem-types#quota-exceeded"
@@ -28,21 +38,70 @@ class RouteLimit:
     fail_open: bool
 
 
+def _problem(decision: Decision) -> dict[str, Any]:
+    retry_after = decision.retry_after
+    return {
+        "type": PROBLEM_TYPE,
+        "title": "Too Many Requests",
+        "status": 429,
+        "detail": f"Rate limit exceeded. Retry in {retry_after} seconds.",
+        "violated-policies": [s.policy.name for s in decision.states if s.denied],
+        "retry_after": retry_after,
+    }
+
+
 def rate_limited(decision: Decision) -> ApiError:
     """Build the 429: problem+json, Retry-After rounded up, never cached."""
-    retry_after = decision.retry_after
     return ApiError(
         429,
         "RATE_LIMITED",
-        headers={hdrs.RETRY_AFTER: str(retry_after)},
+        headers={hdrs.RETRY_AFTER: str(decision.retry_after)},
         content_type="application/problem+json",
-        type=PROBLEM_TYPE,
-        title="Too Many Requests",
-        status=429,
-        detail=f"Rate limit exceeded. Retry in {retry_after} seconds.",
-        **{"violated-policies": [s.policy.name for s in decision.states if s.denied]},
-        retry_after=retry_after,
+        **_problem(decision),
     )
+
+
+def rate_headers(decisions: Sequence[Decision]) -> dict[str, str]:
+    """Render RateLimit-Policy and RateLimit for every policy evaluated."""
+    states = [state for decision in decisions for state in decision.states]
+    return {
+        "RateLimit-Policy": ", ".join(s.policy.header() for s in states),
+        "RateLimit": ", ".join(s.header() for s in states),
+    }
+
+
+class _RememberedDenials:
+    """Whole 429 answers for clients that Redis already refused, one per second left.
+
+    A single-policy denial's headers and body depend only on the whole seconds
+    left, so while a client floods, each answer is built once per second.
+    """
+
+    def __init__(self, security: SecurityHeaders, max_entries: int = 10_000) -> None:
+        self._security = security
+        self._answers: dict[tuple[MemoKey, int], tuple[bytes, dict[str, str]]] = {}
+        self._max = max_entries
+
+    def answer(
+        self, memo_key: MemoKey, denial: Decision, elapsed_us: int
+    ) -> web.Response:
+        """Answer a remembered denial, building it only once per second left."""
+        seconds = max(1, -(-(denial.worst_retry_us - elapsed_us) // MICROS))
+        key = (memo_key, seconds)
+        if (cached := self._answers.get(key)) is None:
+            if len(self._answers) >= self._max:
+                self._answers.clear()
+            decision = shifted(denial, elapsed_us)
+            body = json.dumps({**_problem(decision), "error": "RATE_LIMITED"}).encode()
+            headers = {
+                hdrs.CONTENT_TYPE: "application/problem+json",
+                hdrs.CACHE_CONTROL: "no-store",
+                hdrs.RETRY_AFTER: str(decision.retry_after),
+                **rate_headers([decision]),
+                **self._security.for_type("application/problem+json"),
+            }
+            cached = self._answers[key] = (body, headers)
+        return web.Response(status=429, body=cached[0], headers=cached[1])
 
 
 async def enforce(
@@ -74,25 +133,55 @@ async def refund(
         _LOGGER.warning("could not refund %s", ",".join(p.name for p in policies))
 
 
-def setup_ratelimit(
+def setup_remembered_denials(
     app: web.Application,
     *,
     routes: Mapping[str, RouteLimit],
     trusted_proxies: Sequence[IPNetwork],
+    security: SecurityHeaders,
 ) -> None:
-    """Limit the named routes per client address before their handlers run."""
+    """Name the client, and answer one Redis already refused before anything runs.
+
+    A flooding client is the one worth answering cheapest: its 429 comes from
+    memory, built once per second, ahead of every other middleware.
+    """
+    denials = _RememberedDenials(security)
+    limiter: Limiter | None = None  # the app's, looked up once it exists
+    single = {
+        name: tuple(p.name for p in limit.policies)
+        for name, limit in routes.items()
+        if len(limit.policies) == 1
+    }
+
+    @web.middleware
+    async def remembered_denials_middleware(
+        request: web.Request, handler: Handler
+    ) -> web.StreamResponse:
+        """Answer a remembered denial whole; otherwise pass the named client on."""
+        nonlocal limiter
+        subject = subject_of(client_address(request, trusted_proxies))
+        request[CLIENT] = subject
+        if (names := single.get(request.match_info.route.name or "")) is not None:
+            if limiter is None:
+                limiter = request.config_dict[LIMITER]
+            if (memo := limiter.remembered((subject, names))) is not None:
+                return denials.answer((subject, names), *memo)
+        return await handler(request)
+
+    app.middlewares.append(remembered_denials_middleware)
+
+
+def setup_ratelimit(app: web.Application, *, routes: Mapping[str, RouteLimit]) -> None:
+    """Charge the named routes' per-client buckets before their handlers run."""
 
     @web.middleware
     async def ratelimit_middleware(
         request: web.Request, handler: Handler
     ) -> web.StreamResponse:
-        """Name the client, then charge the route's per-client buckets."""
-        request[CLIENT] = subject_of(client_address(request, trusted_proxies))
-        route = request.match_info.route
-        if (limit := routes.get(route.name or "")) is not None:
-            await enforce(
-                request, request[CLIENT], limit.policies, fail_open=limit.fail_open
-            )
+        """Charge the route's buckets for the client named earlier."""
+        if (limit := routes.get(request.match_info.route.name or "")) is not None:
+            subject = request[CLIENT]
+            await enforce(request, subject, limit.policies, fail_open=limit.fail_open)
         return await handler(request)
 
     async def add_headers(request: web.Request, response: web.StreamResponse) -> None:
@@ -100,11 +189,7 @@ def setup_ratelimit(
         decisions = request.get(DECISIONS)
         if not decisions:
             return
-        states = [state for decision in decisions for state in decision.states]
-        response.headers["RateLimit-Policy"] = ", ".join(
-            s.policy.header() for s in states
-        )
-        response.headers["RateLimit"] = ", ".join(s.header() for s in states)
+        response.headers.update(rate_headers(decisions))
         # Per-client numbers must not be stored by shared caches.
         cache = response.headers.get(hdrs.CACHE_CONTROL, "")
         if "no-store" not in cache and "private" not in cache:

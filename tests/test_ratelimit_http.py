@@ -280,3 +280,21 @@ def test_public_endpoints_have_no_rate_limit(redis_server: RedisServer) -> None:
                 assert response.status == 200
                 assert "RateLimit" not in response.headers
     assert time.monotonic() - started < 30
+
+
+async def test_a_remembered_denial_answers_like_the_first_one(
+    aiohttp_client: AiohttpClient, make_settings: SettingsFactory, redis: Redis
+) -> None:
+    """The 429s served from memory carry the same headers and body as Redis's."""
+    client = await _limited(
+        aiohttp_client, make_settings, **_limits("gallery", 2, 3600, 1)
+    )
+    assert (await client.get("/api/square")).status == 200
+    first = await client.get("/api/square")  # learned from Redis
+    again = await client.get("/api/square")  # answered from memory
+    assert first.status == again.status == 429
+    names = {"Content-Type", "Cache-Control", "Retry-After", "RateLimit", "RateLimit-Policy",
+             "X-Content-Type-Options", "Referrer-Policy"}  # fmt: skip
+    for name in names:
+        assert first.headers[name] == again.headers[name], name
+    assert await first.json() == await again.json()
