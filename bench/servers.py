@@ -20,7 +20,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from aiohttp.typedefs import Handler
 
-from service.app import create_app
+from service.app import create_app, freeze_startup_objects
 from service.errors import setup_errors
 from service.keys import SETTINGS
 from service.redis_store import redis_ctx
@@ -193,6 +193,8 @@ def main() -> None:
     elif args.which == "square-bare-429":
         body, headers = asyncio.run(_capture_denial(create_app(settings)))
         app = denial_bare_app(body, headers)
+    # Every server starts as `serve` does: start-up objects frozen out of the GC.
+    app.on_startup.append(freeze_startup_objects)
     web.run_app(
         app,
         host="127.0.0.1",

@@ -15,7 +15,7 @@ from typing import Final
 
 from aiohttp import web
 
-from .app import create_app
+from .app import create_app, freeze_startup_objects
 from .embedded import MailCatcher, RedisServer
 from .settings import Settings, SettingsError, load_settings, require_production
 
@@ -34,8 +34,10 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 def serve(settings: Settings) -> None:
     """Run the service alone, as production does; never start embedded servers."""
     require_production(settings)
+    app = create_app(settings)
+    app.on_startup.append(freeze_startup_objects)
     web.run_app(
-        create_app(settings),
+        app,
         host=settings.host,
         port=settings.port,
         loop=_new_loop(),
@@ -54,7 +56,9 @@ def _dev_secret(data_dir: Path) -> str:
 
 
 async def _run_until_signal(settings: Settings) -> None:
-    runner = web.AppRunner(create_app(settings), shutdown_timeout=5)
+    app = create_app(settings)
+    app.on_startup.append(freeze_startup_objects)
+    runner = web.AppRunner(app, shutdown_timeout=5)
     await runner.setup()
     try:
         await web.TCPSite(runner, settings.host, settings.port).start()
