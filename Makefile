@@ -31,6 +31,7 @@ test: lint
 
 bench: $(VENV)/.dev
 	$(BIN)/python bench/documents.py
+	$(BIN)/python bench/square.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
