@@ -293,8 +293,10 @@ async def test_a_remembered_denial_answers_like_the_first_one(
     first = await client.get("/api/square")  # learned from Redis
     again = await client.get("/api/square")  # answered from memory
     assert first.status == again.status == 429
-    names = {"Content-Type", "Cache-Control", "Retry-After", "RateLimit", "RateLimit-Policy",
-             "X-Content-Type-Options", "Referrer-Policy"}  # fmt: skip
+    names = {
+        "Content-Type", "Cache-Control", "Retry-After", "RateLimit", "RateLimit-Policy",
+        "X-Content-Type-Options", "Referrer-Policy",
+    }  # fmt: skip
     for name in names:
         assert first.headers[name] == again.headers[name], name
     assert await first.json() == await again.json()
