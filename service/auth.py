@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+from contextlib import suppress
 from typing import Final, cast
 
 from aiohttp import web
+from redis.exceptions import RedisError
 
 from .codes import CODE_TTL_SECONDS, Verdict
 from .errors import ApiError
@@ -38,12 +40,18 @@ async def request_code(request: web.Request) -> web.StreamResponse:
         limits[n] for n in ("code-cooldown", "code-email-hour", "code-email-day")
     ]
     address_subject = f"em:{address.key}"
+    mail_budget = [limits["mail-global"]]
     await enforce(request, address_subject, per_address, fail_open=False)
-    await enforce(request, "all", [limits["mail-global"]], fail_open=False)
     codes = app[CODES]
-    code, digest = await codes.issue(address.key)
+    try:
+        await enforce(request, "all", mail_budget, fail_open=False)
+        code, digest = await codes.issue(address.key)
+    except (ApiError, RedisError, OSError, TimeoutError):
+        # No mail will go out: the address's tokens go back before the error does.
+        await refund(request, address_subject, per_address)
+        raise
     message = code_message(
-        to=address.email,
+        to=address.mail_to,
         code=code,
         lang=cast(Lang, lang),
         site_name=site_name(app[CONTENT].site, cast(Lang, lang)),
@@ -52,10 +60,12 @@ async def request_code(request: web.Request) -> web.StreamResponse:
     try:
         await app[MAILER].send(message)
     except MailUnavailable as err:
-        await codes.withdraw(address.key, digest)
-        # Nothing was sent: the address (and the mail budget) may try again at once.
+        # Nothing was sent: the code must not stay valid, and the address (and the
+        # mail budget) may try again at once.
+        with suppress(RedisError, OSError, TimeoutError):
+            await codes.withdraw(address.key, digest)
         await refund(request, address_subject, per_address)
-        await refund(request, "all", [limits["mail-global"]])
+        await refund(request, "all", mail_budget)
         _LOGGER.error("code not delivered (address %s), withdrawn", address.key[:12])
         raise ApiError(
             503, "MAIL_UNAVAILABLE", headers={"Retry-After": MAIL_RETRY_AFTER}

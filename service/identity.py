@@ -16,10 +16,11 @@ MAX_ADDRESS_LENGTH = 254
 
 @dataclass(frozen=True, slots=True)
 class Address:
-    """A validated address: what we mail to and the key we file it under."""
+    """A validated address: as shown, as mailed to, and the key it is filed under."""
 
     email: str
     key: str
+    mail_to: str
 
 
 def parse_address(raw: object, secret_key: str) -> Address:
@@ -38,7 +39,9 @@ def parse_address(raw: object, secret_key: str) -> Address:
     except EmailNotValidError as err:
         raise ApiError(400, "INVALID_EMAIL") from err
     email = info.normalized.lower()
-    return Address(email=email, key=address_key(email, secret_key))
+    # IDNA (punycode) domain for the envelope: relays need not speak SMTPUTF8.
+    mail_to = (info.ascii_email or info.normalized).lower()
+    return Address(email=email, key=address_key(email, secret_key), mail_to=mail_to)
 
 
 def address_key(email: str, secret_key: str) -> str:

@@ -30,4 +30,6 @@ SQUARE: Final = web.AppKey["SquareStore"]("square")
 
 SESSION: Final = web.RequestKey["Session"]("session")
 CLIENT: Final = web.RequestKey("client", str)
+# Redis already failed this request (the limiter fell back): do not wait on it again.
+DEGRADED: Final = web.RequestKey("degraded", bool)
 DECISIONS: Final = web.RequestKey("decisions", list[Decision])

@@ -17,7 +17,7 @@ class _Range(NamedTuple):
 def _parse_q(value: str) -> float | None:
     """Read a qvalue as RFC 9110 §12.4.2 writes it; anything else is malformed."""
     value = value.strip()
-    if not value or len(value) > 5 or value[0] not in "01":
+    if not value or len(value) > 5 or value[0] not in "01" or not value.isascii():
         return None
     if len(value) > 1 and (value[1] != "." or not value[2:].isdigit()):
         return None

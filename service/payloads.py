@@ -20,7 +20,7 @@ async def read_json(
     raw = await request.read()  # over client_max_size: aiohttp raises 413
     try:
         data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as err:
+    except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
         raise ApiError(400, "BAD_REQUEST") from err
     if not isinstance(data, dict):
         raise ApiError(400, "BAD_REQUEST")

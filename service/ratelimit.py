@@ -367,6 +367,8 @@ class Limiter:
         self, subject: str, policies: Sequence[Policy], cost: int = 1
     ) -> None:
         """Give tokens back to a subject's buckets (the request was not served)."""
+        for memo_key in [key for key in self._denials if key[0] == subject]:
+            del self._denials[memo_key]  # a remembered denial may no longer hold
         keys = [bucket_key(subject, p) for p in policies]
         args: list[int] = [p.interval_us for p in policies] + [cost]
         try:

@@ -14,7 +14,7 @@ from aiohttp.typedefs import Handler
 from .client_ip import IPNetwork, client_address, subject_of
 from .errors import ApiError
 from .headers import SecurityHeaders
-from .keys import CLIENT, DECISIONS, LIMITER
+from .keys import CLIENT, DECISIONS, DEGRADED, LIMITER
 from .ratelimit import (
     MICROS,
     Decision,
@@ -118,6 +118,7 @@ async def enforce(
                 503, "UNAVAILABLE", headers={hdrs.RETRY_AFTER: UNAVAILABLE_RETRY_AFTER}
             ) from None
         decision = app[LIMITER].local.check(subject, policies)
+        request[DEGRADED] = True
     request.setdefault(DECISIONS, []).append(decision)
     if not decision.allowed:
         raise rate_limited(decision)

@@ -24,6 +24,14 @@ ABSOLUTE_SECONDS: Final = 30 * 24 * 3600
 TOUCH_SECONDS: Final = 3600
 _TOKEN: Final = re.compile(r"[A-Za-z0-9_-]{43}")
 
+# Touch only a session that still exists: a concurrent logout must stay final.
+_TOUCH: Final = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'seen', ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+return 1
+"""
+
 _ANONYMOUS: Final[set[Handler]] = set()
 H = TypeVar("H", bound=Callable[..., object])
 
@@ -64,6 +72,7 @@ class SessionStore:
 
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
+        self._touch = redis.register_script(_TOUCH)
 
     async def create(self, account_key: str) -> tuple[str, Session]:
         """Open a session for an account; return the cookie token and the session."""
@@ -84,22 +93,24 @@ class SessionStore:
             return None
         key = session_key(token)
         fields = await self._redis.hgetall(key)
-        if not fields:
-            return None
+        if not {b"account", b"created", b"seen"} <= set(fields):
+            return None  # absent, or not a whole record
         created, seen = int(fields[b"created"]), int(fields[b"seen"])
         now = int(time.time())
         if now - created >= ABSOLUTE_SECONDS:
             await self._redis.delete(key)
             return None
         if now - seen >= TOUCH_SECONDS:
-            async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.hset(key, "seen", now)
-                pipe.expire(key, _ttl(created, now))
-                await pipe.execute()
+            if not await self.touch(key, created, now):
+                return None  # ended while we read it
             seen = now
         account = fields[b"account"]
         text = account.decode() if isinstance(account, bytes) else str(account)
         return Session(key, text, created, seen)
+
+    async def touch(self, key: str, created: int, now: int) -> bool:
+        """Mark a session seen and extend its idle expiry, if it still exists."""
+        return bool(await self._touch(keys=[key], args=[now, _ttl(created, now)]))
 
     async def delete(self, token: str) -> None:
         """End a session; unknown or malformed tokens are a no-op."""

@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 
 from .deadline import within
 from .errors import ApiError
-from .keys import SQUARE
+from .keys import DEGRADED, SQUARE
 from .sessions import anonymous
 
 # All square keys share one hash tag, so publishing is one atomic step on Cluster too.
@@ -121,12 +121,20 @@ class SquareStore:
         self._reads: dict[object, asyncio.Future[Any]] = {}
         self._down_until = 0.0
 
-    async def _cached(self, key: object, read: Callable[[], Awaitable[object]]) -> Any:
+    async def _cached(
+        self,
+        key: object,
+        read: Callable[[], Awaitable[object]],
+        *,
+        degraded: bool = False,
+    ) -> Any:
         """Serve fresh from memory, else read Redis in budget, else serve stale.
 
-        Concurrent misses of one key share a single read.
+        Concurrent misses of one key share a single read. When Redis already
+        failed this request (`degraded`), a stale copy is served without asking
+        it again, so one request never waits on Redis twice.
         """
-        hit, value = self._cache.get(key, FRESH_SECONDS)
+        hit, value = self._cache.get(key, STALE_SECONDS if degraded else FRESH_SECONDS)
         if hit:
             return value
         if (pending := self._reads.get(key)) is None:
@@ -179,23 +187,29 @@ class SquareStore:
         self._cache.clear()
         return removed
 
-    async def work_json(self, work_id: str) -> bytes | None:
+    async def work_json(self, work_id: str, *, degraded: bool = False) -> bytes | None:
         """Return a published work as the JSON the API answers with."""
 
         async def read() -> bytes | None:
             raw = cast(bytes | None, await self._redis.get(_work_key(work_id)))
             return raw
 
-        body: bytes | None = await self._cached(("work", work_id), read)
+        body: bytes | None = await self._cached(
+            ("work", work_id), read, degraded=degraded
+        )
         return body
 
-    async def page_json(self, before: int | None, limit: int) -> bytes:
+    async def page_json(
+        self, before: int | None, limit: int, *, degraded: bool = False
+    ) -> bytes:
         """Return a page of the feed as the JSON the API answers with."""
 
         async def read() -> bytes:
             return await self._page(before, limit)
 
-        body: bytes = await self._cached(("page", before, limit), read)
+        body: bytes = await self._cached(
+            ("page", before, limit), read, degraded=degraded
+        )
         return body
 
     async def get(self, work_id: str) -> Work | None:
@@ -228,7 +242,7 @@ class SquareStore:
 def _limit(raw: str | None) -> int:
     if raw is None:
         return DEFAULT_LIMIT
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_LIMIT:
         raise ApiError(400, "BAD_REQUEST")
     return int(raw)
 
@@ -250,7 +264,9 @@ async def list_square(request: web.Request) -> web.StreamResponse:
     limit = _limit(query.get("limit"))
     cursor = query.get("cursor") or None
     before = decode_cursor(cursor) if cursor else None
-    return _json(await request.config_dict[SQUARE].page_json(before, limit))
+    store = request.config_dict[SQUARE]
+    degraded = request.get(DEGRADED, False)
+    return _json(await store.page_json(before, limit, degraded=degraded))
 
 
 @anonymous
@@ -258,7 +274,10 @@ async def get_work(request: web.Request) -> web.StreamResponse:
     """Show one published work, or 404."""
     work_id = request.match_info["work_id"]
     store = request.config_dict[SQUARE]
-    body = await store.work_json(work_id) if work_id.isalnum() else None
+    degraded = request.get(DEGRADED, False)
+    body = (
+        await store.work_json(work_id, degraded=degraded) if work_id.isalnum() else None
+    )
     if body is None:
         raise ApiError(404, "NOT_FOUND")
     return _json(body)

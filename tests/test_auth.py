@@ -210,6 +210,7 @@ async def test_invalid_addresses_and_header_injection_get_400_and_no_mail(
             "BAD_REQUEST",
         ),
         (b"{not json", "application/json", 400, "BAD_REQUEST"),
+        (b"[" * 3000, "application/json", 400, "BAD_REQUEST"),  # nesting too deep
         (b'["a@example.com"]', "application/json", 400, "BAD_REQUEST"),
         (
             b"email=a@example.com",
@@ -354,3 +355,19 @@ async def test_the_address_is_normalised_before_it_is_keyed(
     )
     assert response.status == 200
     assert re.fullmatch(r"[0-9a-f]{24}", (await response.json())["user"]["id"])
+
+
+async def test_an_internationalised_domain_is_mailed_in_its_ascii_form(
+    client: Client, mail_server: MailCatcher
+) -> None:
+    """The envelope uses IDNA, so a relay without SMTPUTF8 still delivers."""
+    unicode_address = f"u{uuid.uuid4().hex[:6]}@bücher.example"
+    response = await client.post("/api/auth/code", json={"email": unicode_address})
+    assert response.status == 200
+    ascii_address = unicode_address.replace("bücher", "xn--bcher-kva")
+    code = latest_code(mail_server, ascii_address)
+    verify = await client.post(
+        "/api/auth/verify", json={"email": unicode_address, "code": code}
+    )
+    assert verify.status == 200
+    assert (await verify.json())["user"]["email"] == unicode_address

@@ -169,3 +169,42 @@ async def test_no_code_token_or_cookie_reaches_the_logs(
     assert caplog.records, "the flow logs something"
     for secret in (code, f"{code[:4]} {code[4:]}", token):
         assert secret not in logged
+
+
+async def test_a_failed_send_also_lifts_a_remembered_cooldown(
+    flaky_client: Client, relay: FlakyRelay, redis: Redis
+) -> None:
+    """A double-submit refused during a failing send does not block the retry."""
+    email = _address()
+    relay.mode = "hang"
+    first = asyncio.ensure_future(
+        flaky_client.post("/api/auth/code", json={"email": email})
+    )
+    await asyncio.sleep(0.1)
+    double = await flaky_client.post("/api/auth/code", json={"email": email})
+    assert double.status == 429  # the cooldown, now remembered in process
+    assert (await first).status == 503
+    relay.mode = "ok"
+    retried = await flaky_client.post("/api/auth/code", json={"email": email})
+    assert retried.status == 200
+
+
+async def test_a_spent_mail_budget_gives_the_address_its_tokens_back(
+    aiohttp_client: AiohttpClient, make_settings: SettingsFactory, redis: Redis
+) -> None:
+    """Refused by the global budget, an address is not left in its cooldown."""
+    settings = make_settings(
+        STUDIO_LIMITS_MAIL_GLOBAL_QUOTA="2",
+        STUDIO_LIMITS_MAIL_GLOBAL_BURST="1",
+        STUDIO_LIMITS_MAIL_GLOBAL_WINDOW="3600",
+    )
+    client = await aiohttp_client(create_app(settings))
+    assert (
+        await client.post("/api/auth/code", json={"email": _address()})
+    ).status == 200
+    refused = _address()
+    response = await client.post("/api/auth/code", json={"email": refused})
+    assert response.status == 429
+    assert (await response.json())["violated-policies"] == ["mail-global"]
+    address_buckets = [k async for k in redis.scan_iter("studio:rl:v1:{em:*")]
+    assert len(address_buckets) == 3  # only the first address's, none for `refused`

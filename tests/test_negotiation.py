@@ -38,6 +38,7 @@ TABLE = [
     ("*/*;q=0.8, text/markdown;q=0.5", False),
     ("text/markdown;q=abc", False),
     ("text/markdown;q=1.5", False),
+    ("text/markdown;q=0.²", False),  # a digit to str.isdigit(), not to float()
     ("text/markdown;q=0.5, text/html;q=abc", True),
     ("text/markdown;q=0.5, */*;q=0.4", True),
     ("application/json, text/markdown;q=0.1", True),
@@ -103,6 +104,7 @@ def test_markdown_at_q_zero_is_never_chosen(accept: str) -> None:
         ("*;q=0", False),
         ("identity", False),
         ("gzip;q=0, *", False),
+        ("gzip;q=0.²", False),
     ],
 )
 def test_gzip_is_used_only_when_accepted(

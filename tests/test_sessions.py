@@ -118,3 +118,23 @@ async def test_the_store_keeps_only_the_hash_of_the_token(redis: Redis) -> None:
     assert token not in session.key
     for value in (await redis.hgetall(session.key)).values():
         assert token.encode() not in value
+
+
+async def test_a_partial_record_is_no_session(redis: Redis) -> None:
+    """A hash without its fields (a touch racing a logout) is refused, not a crash."""
+    store = SessionStore(redis)
+    token, session = await store.create("1" * 32)
+    await redis.delete(session.key)
+    await redis.hset(session.key, "seen", 1)
+    assert await store.load(token) is None
+
+
+async def test_touching_never_brings_back_an_ended_session(redis: Redis) -> None:
+    """A touch racing a logout finds no key and writes nothing."""
+    store = SessionStore(redis)
+    _, session = await store.create("2" * 32)
+    now = int(time.time())
+    assert await store.touch(session.key, session.created, now)
+    await redis.delete(session.key)  # the logout lands first
+    assert not await store.touch(session.key, session.created, now + 3600)
+    assert not await redis.exists(session.key)

@@ -73,6 +73,7 @@ async def test_unknown_and_unpublished_works_are_404(client: Client) -> None:
         {"limit": "51"},
         {"limit": "-1"},
         {"limit": "ten"},
+        {"limit": "²"},  # a digit to str.isdigit(), not to int()
         {"cursor": "!!!"},
         {"cursor": "djI6MTA"},  # v2:10
         {"cursor": "djE6LTE"},  # v1:-1
