@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 from collections.abc import AsyncIterator, Iterator
 
@@ -59,6 +60,18 @@ async def _timed(
 
 
 async def _assert_degraded(client: Client) -> None:
+    # The bound is about waiting on Redis, not about this test process's heap: a
+    # full collection over everything earlier tests left behind must not land in
+    # a timed request (production freezes its start-up objects instead).
+    gc.collect()
+    gc.disable()
+    try:
+        await _time_degraded(client)
+    finally:
+        gc.enable()
+
+
+async def _time_degraded(client: Client) -> None:
     timings: list[tuple[str, int, float]] = []
     for _ in range(8):  # before and after the breaker opens
         status, took = await _timed(client, "GET", "/api/square")
@@ -71,7 +84,8 @@ async def _assert_degraded(client: Client) -> None:
         timings.append(("healthz", status, took))
     expected = {"square": 200, "code": 503, "healthz": 200}
     assert all(status == expected[name] for name, status, _ in timings), timings
-    assert all(took < BUDGET for _, _, took in timings), timings
+    slow = [entry for entry in timings if entry[2] >= BUDGET]
+    assert not slow, slow
 
 
 async def test_a_stopped_redis_keeps_the_square_open_and_sign_in_closed(
