@@ -231,7 +231,6 @@ async def test_the_limiter_uses_redis_time_and_recovers_after_the_interval(
 ) -> None:
     """Production calls pass no clock: allowed, denied, allowed again after T."""
     limiter = Limiter.from_url(redis_server.url)
-    policy = Policy("tick", 2, 1, 1)  # T = 1 s... scaled down below
     quick = Policy("quick", 6, 1, 1)  # T = 200 ms
     try:
         assert (await limiter.check("test:time", [quick])).allowed
@@ -240,7 +239,6 @@ async def test_the_limiter_uses_redis_time_and_recovers_after_the_interval(
         assert denied.retry_after == 1
         await asyncio.sleep(0.21)
         assert (await limiter.check("test:time", [quick])).allowed
-        assert policy.interval_us == 1_000_000
     finally:
         await limiter.aclose()
 
