@@ -21,6 +21,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from aiohttp.typedefs import Handler
 
 from service.app import create_app, freeze_startup_objects
+from service.boundary import ApiBoundary
 from service.errors import setup_errors
 from service.keys import SETTINGS
 from service.redis_store import redis_ctx
@@ -96,26 +97,28 @@ def limits_app(app: web.Application) -> web.Application:
     storage = RedisStorage(settings.redis_url, implementation="redispy")
     limiter = MovingWindowRateLimiter(storage)
 
-    @web.middleware
-    async def limits_middleware(
-        request: web.Request, handler: Handler
-    ) -> web.StreamResponse:
-        client = request.remote or "unknown"
-        if not await limiter.hit(item, "gallery", client):
-            raise web.HTTPTooManyRequests
-        # Headers as Flask-Limiter and slowapi build them: one more round trip.
-        stats = await limiter.get_window_stats(item, "gallery", client)
-        response = await handler(request)
-        response.headers["RateLimit-Policy"] = f'"gallery";q={gallery.quota};w=60'
-        response.headers["RateLimit"] = f'"gallery";r={stats.remaining}'
-        return response
+    def limits_layer(route: web.RouteDef, handler: Handler) -> Handler:
+        async def limited(request: web.Request) -> web.StreamResponse:
+            client = request.remote or "unknown"
+            if not await limiter.hit(item, "gallery", client):
+                raise web.HTTPTooManyRequests
+            # Headers as Flask-Limiter and slowapi build them: one more round trip.
+            stats = await limiter.get_window_stats(item, "gallery", client)
+            response = await handler(request)
+            response.headers["RateLimit-Policy"] = f'"gallery";q={gallery.quota};w=60'
+            response.headers["RateLimit"] = f'"gallery";r={stats.remaining}'
+            return response
 
+        return limited
+
+    api = ApiBoundary()
+    setup_errors(api)
+    api.add_layer(limits_layer)
+    api.add_routes([web.get("/square", list_square)])
     limited = web.Application()
     limited[SETTINGS] = settings
-    setup_errors(limited)
-    limited.middlewares.append(limits_middleware)
     limited.cleanup_ctx.append(redis_ctx)
-    limited.router.add_get("/api/square", list_square)
+    api.install(limited)
     limited.router.add_get("/healthz", _ok)
     return limited
 

@@ -12,16 +12,22 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from .auth import setup_auth_routes
+from .boundary import ApiBoundary
 from .content import Content, load_content
 from .csrf import setup_csrf
 from .discovery import render_machine_files
 from .documents import HTML_TYPE, document_handler, render_documents
-from .errors import fallback_handler, setup_errors
+from .errors import FALLBACK, fallback_handler, setup_errors
 from .headers import SecurityHeaders, content_security_policy, setup_headers
 from .keys import CONTENT, SETTINGS
 from .mailer import mailer_ctx
 from .openapi import media_for
-from .ratelimit_http import RouteLimit, setup_ratelimit, setup_remembered_denials
+from .ratelimit_http import (
+    RouteLimit,
+    setup_rate_headers,
+    setup_ratelimit,
+    setup_remembered_denials,
+)
 from .redis_store import limiter_ctx, redis_ctx
 from .representation import Representation, prepare, respond
 from .routes import PUBLIC_ROUTES, setup_public_routes
@@ -77,9 +83,9 @@ def _error_pages(
     return pages
 
 
-def _api_app(settings: Settings, security: SecurityHeaders) -> web.Application:
-    """Build the internal /api sub-application, where every middleware lives."""
-    api = web.Application(client_max_size=MAX_BODY_BYTES)
+def _api(settings: Settings, security: SecurityHeaders) -> ApiBoundary:
+    """Build the internal API: its layers, in order, and its routes."""
+    api = ApiBoundary()
     limits = settings.limits
     routes = {
         # The square fails open (a local bucket) when Redis is gone: browsing is
@@ -89,29 +95,35 @@ def _api_app(settings: Settings, security: SecurityHeaders) -> web.Application:
         "auth_code": RouteLimit((limits["code-ip"],), fail_open=False),
         "auth_verify": RouteLimit((limits["verify-ip"],), fail_open=False),
     }
-    # Order matters, outermost first:
-    # 1. remembered denials: names the client (trusted proxies only) and answers
-    #    one Redis already refused from memory, so a flood costs the least;
-    # 2. errors: every failure below it (unknown paths, wrong methods, a dead
-    #    Redis, crashes) becomes {"error": CODE} with no internal detail;
-    # 3. csrf: a cross-origin state change is refused before anything runs;
-    # 4. ratelimit: charges the route's per-client buckets before any body is
-    #    read or the store touched;
-    # 5. sessions: a route not marked @anonymous answers 401 NO_SESSION before
+    # Order matters, outermost first. Each layer is composed around each route's
+    # handler once, at start-up, and leaves out the routes it has no business with.
+    # 1. remembered denials (limited routes): names the client (trusted proxies
+    #    only) and answers one Redis already refused from memory, so a flood
+    #    costs the least;
+    # 2. rate headers (limited routes): RateLimit-Policy and RateLimit on
+    #    whatever comes back, 429s and errors included;
+    # 3. security headers: on every answer, errors included;
+    # 4. errors: every failure below (a dead Redis, a domain error, a crash)
+    #    becomes {"error": CODE} with no internal detail;
+    # 5. csrf (state-changing routes): a cross-origin request is refused before
+    #    anything runs;
+    # 6. ratelimit (limited routes): charges the per-client buckets before any
+    #    body is read or the store touched;
+    # 7. sessions: a route not marked @anonymous answers 401 NO_SESSION before
     #    its handler runs, so a new route is guarded without anyone remembering.
-    # Security and RateLimit headers ride on on_response_prepare, so they reach
-    # every answer, 429s and errors included.
+    # Unknown /api paths and wrong methods are the root fallback's: JSON 404/405.
     setup_remembered_denials(
         api,
         routes=routes,
         trusted_proxies=settings.trusted_proxies,
         security=security,
     )
+    setup_rate_headers(api, routes=routes)
+    setup_headers(api, security)
     setup_errors(api)
     setup_csrf(api, origin=settings.base_url)
     setup_ratelimit(api, routes=routes)
     setup_sessions(api, secure=settings.https)
-    setup_headers(api, security)
     setup_auth_routes(api)
     setup_square_routes(api)
     return api
@@ -135,8 +147,8 @@ def create_app(
     if not settings.redis_url:
         raise SettingsError(f"{variable('redis_url')}: required")
     content = content or load_content()
-    # The public surface serves prepared bytes: no middleware, no per-request
-    # signal, on the root app. Everything dynamic lives in the /api sub-app.
+    # The public surface serves prepared bytes: no aiohttp middleware and no
+    # per-request signal anywhere. Everything dynamic sits behind ApiBoundary.
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app[SETTINGS] = settings
     app[CONTENT] = content
@@ -158,13 +170,12 @@ def create_app(
     handlers |= {name: _static_handler(rep) for name, rep in files.items()}
 
     setup_public_routes(app, handlers)
-    app.add_subapp("/api", _api_app(settings, security))
-    public_paths = frozenset(route.path for route in PUBLIC_ROUTES)
+    _api(settings, security).install(app)
     app.router.add_route(
         "*",
         "/{tail:.*}",
-        fallback_handler(_error_pages(env, context, security), public_paths),
-        name="fallback",
+        fallback_handler(_error_pages(env, context, security), security),
+        name=FALLBACK,
     )
     app.cleanup_ctx.extend([redis_ctx, limiter_ctx, mailer_ctx])
     return app

@@ -9,6 +9,7 @@ from typing import Final, cast
 from aiohttp import web
 from redis.exceptions import RedisError
 
+from .boundary import ApiBoundary
 from .codes import CODE_TTL_SECONDS, Verdict
 from .errors import ApiError
 from .identity import parse_address
@@ -131,9 +132,9 @@ async def me(request: web.Request) -> web.StreamResponse:
     return json_response(account.public())
 
 
-def setup_auth_routes(api: web.Application) -> None:
-    """Register the sign-in endpoints and /me on the /api sub-app."""
-    api.router.add_routes(
+def setup_auth_routes(api: ApiBoundary) -> None:
+    """Register the sign-in endpoints and /me behind the /api boundary."""
+    api.add_routes(
         [
             web.post("/auth/code", request_code, name="auth_code"),
             web.post("/auth/verify", verify, name="auth_verify"),

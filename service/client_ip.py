@@ -69,3 +69,30 @@ def subject_of(address: IPAddress | None) -> str:
         return f"ip4:{address}"
     network = ipaddress.IPv6Network(f"{address}/{IPV6_PREFIX}", strict=False)
     return f"ip6:{network.compressed}"
+
+
+class ClientNamer:
+    """Name a request's rate-limit subject, parsing each direct peer only once.
+
+    A peer that is not one of our proxies is the client, whatever headers it
+    sends, so its subject depends on nothing but its address text. Only
+    requests relayed by a trusted proxy need their X-Forwarded-For walked.
+    """
+
+    def __init__(self, trusted: Sequence[IPNetwork], max_peers: int = 4096) -> None:
+        self._trusted = tuple(trusted)
+        self._direct: dict[str, str] = {}
+        self._max = max_peers
+
+    def subject(self, request: web.Request) -> str:
+        """Return the subject of the request's client."""
+        remote = request.remote or ""
+        if (subject := self._direct.get(remote)) is not None:
+            return subject
+        peer = parse_ip(remote)
+        if peer is not None and any(peer in net for net in self._trusted):
+            return subject_of(client_address(request, self._trusted))
+        if len(self._direct) >= self._max:
+            self._direct.clear()
+        subject = self._direct[remote] = subject_of(peer)
+        return subject

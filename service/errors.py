@@ -12,6 +12,8 @@ from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 from redis.exceptions import RedisError
 
+from .boundary import API_PREFIX, ApiBoundary
+from .headers import SecurityHeaders
 from .representation import Representation
 
 _LOGGER: Final = logging.getLogger(__name__)
@@ -26,6 +28,8 @@ _CODES: Final = {
 }
 # How long a client should wait when the store is unreachable.
 UNAVAILABLE_RETRY_AFTER: Final = "5"
+# The name of the catch-all route that answers what no other route took.
+FALLBACK: Final = "fallback"
 # Headers of an aiohttp HTTPException that the client needs (405's Allow, for one).
 _KEPT: Final = (hdrs.ALLOW, hdrs.RETRY_AFTER)
 
@@ -73,61 +77,76 @@ def json_error(
     )
 
 
-def setup_errors(app: web.Application) -> None:
-    """Answer every exception below this middleware as {"error": CODE}."""
+def setup_errors(api: ApiBoundary) -> None:
+    """Answer every exception of the layers below as {"error": CODE}."""
 
-    @web.middleware
-    async def errors_middleware(
-        request: web.Request, handler: Handler
-    ) -> web.StreamResponse:
-        """Map ApiError, HTTP errors and crashes to JSON; log crashes."""
-        try:
-            return await handler(request)
-        except ApiError as err:
-            return json_error(
-                err.status, err.code, err.headers, err.content_type, **err.fields
-            )
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                raise
-            kept = {
-                str(name): exc.headers[name] for name in _KEPT if name in exc.headers
-            }
-            return json_error(exc.status, error_code(exc.status), kept)
-        except (RedisError, OSError, TimeoutError) as err:
-            # The store is down or slow: fail closed, say so, and say when to retry.
-            _LOGGER.warning(
-                "store unavailable on %s %s: %s",
-                request.method,
-                request.rel_url.path,
-                type(err).__name__,
-            )
-            return json_error(
-                503, "UNAVAILABLE", {"Retry-After": UNAVAILABLE_RETRY_AFTER}
-            )
-        except Exception:
-            _LOGGER.exception(
-                "Unhandled error on %s %s", request.method, request.rel_url.path
-            )
-            return json_error(500, _CODES[500])
+    def layer(route: web.RouteDef, handler: Handler) -> Handler:
+        async def answered(request: web.Request) -> web.StreamResponse:
+            """Map ApiError, HTTP errors and crashes to JSON; log crashes."""
+            try:
+                return await handler(request)
+            except ApiError as err:
+                return json_error(
+                    err.status, err.code, err.headers, err.content_type, **err.fields
+                )
+            except web.HTTPException as exc:
+                if exc.status < 400:
+                    raise
+                kept = {
+                    str(name): exc.headers[name]
+                    for name in _KEPT
+                    if name in exc.headers
+                }
+                return json_error(exc.status, error_code(exc.status), kept)
+            except (RedisError, OSError, TimeoutError) as err:
+                # The store is down or slow: fail closed, say so, say when to retry.
+                _LOGGER.warning(
+                    "store unavailable on %s %s: %s",
+                    request.method,
+                    request.rel_url.path,
+                    type(err).__name__,
+                )
+                return json_error(
+                    503, "UNAVAILABLE", {"Retry-After": UNAVAILABLE_RETRY_AFTER}
+                )
+            except Exception:
+                _LOGGER.exception(
+                    "Unhandled error on %s %s", request.method, request.rel_url.path
+                )
+                return json_error(500, _CODES[500])
 
-    app.middlewares.append(errors_middleware)
+        return answered
+
+    api.add_layer(layer)
+
+
+async def _allowed_methods(request: web.Request) -> set[str]:
+    """Collect the methods other routes would take on this path (cold path only)."""
+    allowed: set[str] = set()
+    for resource in request.app.router.resources():
+        if resource.name != FALLBACK:
+            allowed |= (await resource.resolve(request))[1]
+    return allowed
 
 
 def fallback_handler(
-    pages: Mapping[int, Representation], public_paths: frozenset[str]
+    pages: Mapping[int, Representation], security: SecurityHeaders
 ) -> Handler:
-    """Answer what no public route took: 405 on a public path, else a 404 page."""
-    allow = {"Allow": "GET,HEAD"}
+    """Answer what no route took: 405 with Allow on a known path, else 404.
+
+    Under /api the answer is JSON; elsewhere it is a page a person can read.
+    """
+    json_headers = security.for_type("application/json")
 
     async def fallback(request: web.Request) -> web.StreamResponse:
-        if request.path == "/api":
-            return json_error(404, _CODES[404])
-        if request.path in public_paths:
-            page = pages[405]
-            headers: dict[str, str] = {**page.headers, **allow}
-            return web.Response(status=405, body=page.body, headers=headers)
-        page = pages[404]
-        return web.Response(status=404, body=page.body, headers=page.headers)
+        allowed = await _allowed_methods(request)
+        extra = {"Allow": ",".join(sorted(allowed))} if allowed else {}
+        status = 405 if allowed else 404
+        path = request.path
+        if path == API_PREFIX or path.startswith(API_PREFIX + "/"):
+            return json_error(status, _CODES[status], {**json_headers, **extra})
+        page = pages[status]
+        headers = {**page.headers, **extra}
+        return web.Response(status=status, body=page.body, headers=headers)
 
     return fallback

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from aiohttp import hdrs, web
+from aiohttp.typedefs import Handler
+
+from .boundary import ApiBoundary
 
 
 def content_security_policy(inline_style: str) -> str:
@@ -46,14 +49,17 @@ class SecurityHeaders:
         return self.common
 
 
-def setup_headers(app: web.Application, security: SecurityHeaders) -> None:
-    """Add the security headers to every dynamic response of this app."""
+def setup_headers(api: ApiBoundary, security: SecurityHeaders) -> None:
+    """Add the security headers to every API answer, errors included."""
 
-    async def add_security_headers(
-        request: web.Request, response: web.StreamResponse
-    ) -> None:
-        """Set the headers in on_response_prepare, so errors get them too."""
-        content_type = response.headers.get(hdrs.CONTENT_TYPE, "")
-        response.headers.update(security.for_type(content_type))
+    def layer(route: web.RouteDef, handler: Handler) -> Handler:
+        async def secured(request: web.Request) -> web.StreamResponse:
+            """Pick the headers by the type of the body actually sent."""
+            response = await handler(request)
+            content_type = response.headers.get(hdrs.CONTENT_TYPE, "")
+            response.headers.update(security.for_type(content_type))
+            return response
 
-    app.on_response_prepare.append(add_security_headers)
+        return secured
+
+    api.add_layer(layer)

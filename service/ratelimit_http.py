@@ -11,8 +11,9 @@ from typing import Any, Final
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
-from .client_ip import IPNetwork, client_address, subject_of
-from .errors import ApiError
+from .boundary import ApiBoundary, route_name
+from .client_ip import ClientNamer, IPNetwork
+from .errors import UNAVAILABLE_RETRY_AFTER, ApiError
 from .headers import SecurityHeaders
 from .keys import CLIENT, DECISIONS, DEGRADED, LIMITER
 from .ratelimit import (
@@ -27,7 +28,6 @@ from .ratelimit import (
 
 _LOGGER: Final = logging.getLogger(__name__)
 PROBLEM_TYPE: Final = "https://iana.org/assignments/http-problem-types#quota-exceeded"
-UNAVAILABLE_RETRY_AFTER: Final = "5"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,12 +74,13 @@ class _RememberedDenials:
     """Whole 429 answers for clients that Redis already refused, one per second left.
 
     A single-policy denial's headers and body depend only on the whole seconds
-    left, so while a client floods, each answer is built once per second.
+    left, so while a client floods, its answer is built once per second.
     """
 
     def __init__(self, security: SecurityHeaders, max_entries: int = 10_000) -> None:
         self._security = security
-        self._answers: dict[tuple[MemoKey, int], tuple[bytes, dict[str, str]]] = {}
+        # memo key -> (whole seconds left, body, headers) of the last answer built
+        self._answers: dict[MemoKey, tuple[int, bytes, dict[str, str]]] = {}
         self._max = max_entries
 
     def answer(
@@ -87,9 +88,9 @@ class _RememberedDenials:
     ) -> web.Response:
         """Answer a remembered denial, building it only once per second left."""
         seconds = max(1, -(-(denial.worst_retry_us - elapsed_us) // MICROS))
-        key = (memo_key, seconds)
-        if (cached := self._answers.get(key)) is None:
-            if len(self._answers) >= self._max:
+        cached = self._answers.get(memo_key)
+        if cached is None or cached[0] != seconds:
+            if cached is None and len(self._answers) >= self._max:
                 self._answers.clear()
             decision = shifted(denial, elapsed_us)
             body = json.dumps({**_problem(decision), "error": "RATE_LIMITED"}).encode()
@@ -100,8 +101,8 @@ class _RememberedDenials:
                 **rate_headers([decision]),
                 **self._security.for_type("application/problem+json"),
             }
-            cached = self._answers[key] = (body, headers)
-        return web.Response(status=429, body=cached[0], headers=cached[1])
+            cached = self._answers[memo_key] = (seconds, body, headers)
+        return web.Response(status=429, body=cached[1], headers=cached[2])
 
 
 async def enforce(
@@ -135,68 +136,85 @@ async def refund(
 
 
 def setup_remembered_denials(
-    app: web.Application,
+    api: ApiBoundary,
     *,
     routes: Mapping[str, RouteLimit],
     trusted_proxies: Sequence[IPNetwork],
     security: SecurityHeaders,
 ) -> None:
-    """Name the client, and answer one Redis already refused before anything runs.
+    """Name the client of a limited route, and answer one Redis already refused.
 
     A flooding client is the one worth answering cheapest: its 429 comes from
-    memory, built once per second, ahead of every other middleware.
+    memory, built once per second, ahead of every other layer.
     """
     denials = _RememberedDenials(security)
-    limiter: Limiter | None = None  # the app's, looked up once it exists
-    single = {
-        name: tuple(p.name for p in limit.policies)
-        for name, limit in routes.items()
-        if len(limit.policies) == 1
-    }
+    namer = ClientNamer(trusted_proxies)
 
-    @web.middleware
-    async def remembered_denials_middleware(
-        request: web.Request, handler: Handler
-    ) -> web.StreamResponse:
-        """Answer a remembered denial whole; otherwise pass the named client on."""
-        nonlocal limiter
-        subject = subject_of(client_address(request, trusted_proxies))
-        request[CLIENT] = subject
-        if (names := single.get(request.match_info.route.name or "")) is not None:
-            if limiter is None:
-                limiter = request.config_dict[LIMITER]
-            if (memo := limiter.remembered((subject, names))) is not None:
-                return denials.answer((subject, names), *memo)
-        return await handler(request)
+    def layer(route: web.RouteDef, handler: Handler) -> Handler:
+        if (limit := routes.get(route_name(route))) is None:
+            return handler
+        # Only a single-policy denial reads the same for a whole second; other
+        # remembered denials are still answered by the limiter without Redis.
+        names = tuple(p.name for p in limit.policies)
+        single = len(names) == 1
+        limiter: Limiter | None = None  # the app's, looked up once it exists
 
-    app.middlewares.append(remembered_denials_middleware)
+        async def remembered(request: web.Request) -> web.StreamResponse:
+            """Answer a remembered denial whole; otherwise pass the named client on."""
+            nonlocal limiter
+            subject = namer.subject(request)
+            request[CLIENT] = subject
+            if single:
+                if limiter is None:
+                    limiter = request.app[LIMITER]
+                memo_key = (subject, names)
+                if (memo := limiter.remembered(memo_key)) is not None:
+                    return denials.answer(memo_key, *memo)
+            return await handler(request)
+
+        return remembered
+
+    api.add_layer(layer)
 
 
-def setup_ratelimit(app: web.Application, *, routes: Mapping[str, RouteLimit]) -> None:
-    """Charge the named routes' per-client buckets before their handlers run."""
+def setup_rate_headers(api: ApiBoundary, *, routes: Mapping[str, RouteLimit]) -> None:
+    """Report every policy a limited route evaluated, on whatever answer it gives."""
 
-    @web.middleware
-    async def ratelimit_middleware(
-        request: web.Request, handler: Handler
-    ) -> web.StreamResponse:
-        """Charge the route's buckets for the client named earlier."""
-        if (limit := routes.get(request.match_info.route.name or "")) is not None:
-            subject = request[CLIENT]
-            await enforce(request, subject, limit.policies, fail_open=limit.fail_open)
-        return await handler(request)
+    def layer(route: web.RouteDef, handler: Handler) -> Handler:
+        if route_name(route) not in routes:
+            return handler
 
-    async def add_headers(request: web.Request, response: web.StreamResponse) -> None:
-        """Report every policy evaluated for this request (draft -10 syntax)."""
-        decisions = request.get(DECISIONS)
-        if not decisions:
-            return
-        response.headers.update(rate_headers(decisions))
-        # Per-client numbers must not be stored by shared caches.
-        cache = response.headers.get(hdrs.CACHE_CONTROL, "")
-        if "no-store" not in cache and "private" not in cache:
-            response.headers[hdrs.CACHE_CONTROL] = (
-                f"private, {cache}" if cache else "private"
-            )
+        async def reported(request: web.Request) -> web.StreamResponse:
+            """Add RateLimit-Policy and RateLimit (draft -10 syntax)."""
+            response = await handler(request)
+            if decisions := request.get(DECISIONS):
+                response.headers.update(rate_headers(decisions))
+                # Per-client numbers must not be stored by shared caches.
+                cache = response.headers.get(hdrs.CACHE_CONTROL, "")
+                if "no-store" not in cache and "private" not in cache:
+                    response.headers[hdrs.CACHE_CONTROL] = (
+                        f"private, {cache}" if cache else "private"
+                    )
+            return response
 
-    app.middlewares.append(ratelimit_middleware)
-    app.on_response_prepare.append(add_headers)
+        return reported
+
+    api.add_layer(layer)
+
+
+def setup_ratelimit(api: ApiBoundary, *, routes: Mapping[str, RouteLimit]) -> None:
+    """Charge a limited route's per-client buckets before its handler runs."""
+
+    def layer(route: web.RouteDef, handler: Handler) -> Handler:
+        if (limit := routes.get(route_name(route))) is None:
+            return handler
+        policies, fail_open = limit.policies, limit.fail_open
+
+        async def limited(request: web.Request) -> web.StreamResponse:
+            """Charge the buckets of the client named by the outer layer."""
+            await enforce(request, request[CLIENT], policies, fail_open=fail_open)
+            return await handler(request)
+
+        return limited
+
+    api.add_layer(layer)

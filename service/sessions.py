@@ -15,6 +15,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from redis.asyncio import Redis
 
+from .boundary import ApiBoundary
 from .errors import ApiError
 from .keys import SESSION, SESSIONS
 
@@ -138,28 +139,28 @@ def clear_session_cookie(response: web.StreamResponse, *, secure: bool) -> None:
     response.del_cookie(COOKIE, path="/", secure=secure, httponly=True, samesite="Lax")
 
 
-def setup_sessions(app: web.Application, *, secure: bool) -> None:
+def setup_sessions(api: ApiBoundary, *, secure: bool) -> None:
     """Answer 401 NO_SESSION before any handler not marked anonymous runs."""
 
-    @web.middleware
-    async def sessions_middleware(
-        request: web.Request, handler: Handler
-    ) -> web.StreamResponse:
-        """Load the session, or refuse; the Authorization header is never read."""
-        match_info = request.match_info
-        if match_info.http_exception is not None or is_anonymous(match_info.handler):
-            return await handler(request)
-        token = request.cookies.get(COOKIE)
-        store = request.config_dict[SESSIONS]
-        session = await store.load(token) if token else None
-        if session is None:
-            headers = {}
-            if token is not None:
-                cleared = web.Response()
-                clear_session_cookie(cleared, secure=secure)
-                headers["Set-Cookie"] = cleared.cookies[COOKIE].OutputString()
-            raise ApiError(401, "NO_SESSION", headers=headers)
-        request[SESSION] = session
-        return await handler(request)
+    def layer(route: web.RouteDef, handler: Handler) -> Handler:
+        if is_anonymous(route.handler):
+            return handler
 
-    app.middlewares.append(sessions_middleware)
+        async def signed_in(request: web.Request) -> web.StreamResponse:
+            """Load the session, or refuse; the Authorization header is never read."""
+            token = request.cookies.get(COOKIE)
+            store = request.app[SESSIONS]
+            session = await store.load(token) if token else None
+            if session is None:
+                headers = {}
+                if token is not None:
+                    cleared = web.Response()
+                    clear_session_cookie(cleared, secure=secure)
+                    headers["Set-Cookie"] = cleared.cookies[COOKIE].OutputString()
+                raise ApiError(401, "NO_SESSION", headers=headers)
+            request[SESSION] = session
+            return await handler(request)
+
+        return signed_in
+
+    api.add_layer(layer)

@@ -19,6 +19,7 @@ from aiohttp import web
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from .boundary import ApiBoundary
 from .deadline import within
 from .errors import ApiError
 from .keys import DEGRADED, SQUARE
@@ -283,9 +284,9 @@ async def get_work(request: web.Request) -> web.StreamResponse:
     return _json(body)
 
 
-def setup_square_routes(api: web.Application) -> None:
-    """Register the square's read endpoints on the /api sub-app."""
-    api.router.add_routes(
+def setup_square_routes(api: ApiBoundary) -> None:
+    """Register the square's read endpoints behind the /api boundary."""
+    api.add_routes(
         [
             web.get("/square", list_square, name="square_list"),
             web.get("/square/{work_id}", get_work, name="square_item"),

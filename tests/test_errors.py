@@ -8,6 +8,7 @@ import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpClient
 
+from service.boundary import ApiBoundary
 from service.errors import ApiError, setup_errors
 
 from .conftest import Client
@@ -36,6 +37,29 @@ async def test_unknown_page_answers_an_html_page(client: Client) -> None:
     assert "This address has no page." in text
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("GET", "/api/auth/code", {"POST"}),
+        ("DELETE", "/api/auth/verify", {"POST"}),
+        ("POST", "/api/square", {"GET", "HEAD"}),
+        ("PUT", "/api/square/w1", {"GET", "HEAD"}),
+        ("POST", "/api/me", {"GET", "HEAD"}),
+    ],
+)
+async def test_wrong_method_on_an_api_path_is_json_405_with_allow(
+    client: Client, method: str, path: str, allow: set[str]
+) -> None:
+    """The API names the methods a path takes, in JSON, before any layer runs."""
+    response = await client.request(method, path)
+    assert response.status == 405
+    assert set(response.headers["Allow"].split(",")) == allow
+    assert response.headers["Content-Type"] == "application/json"
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+    assert "RateLimit" not in response.headers
+    assert await response.json() == {"error": "METHOD_NOT_ALLOWED"}
+
+
 @pytest.mark.parametrize("method", ["POST", "PUT", "DELETE", "PATCH"])
 async def test_wrong_method_on_a_public_path_is_405_with_allow(
     client: Client, method: str
@@ -54,10 +78,11 @@ def _crashing_app() -> web.Application:
     async def domain(request: web.Request) -> web.StreamResponse:
         raise ApiError(409, "CONFLICT", headers={"X-Why": "test"}, hint="retry")
 
+    api = ApiBoundary()
+    setup_errors(api)
+    api.add_routes([web.get("/crash", crash), web.get("/domain", domain)])
     app = web.Application()
-    setup_errors(app)
-    app.router.add_get("/api/crash", crash)
-    app.router.add_get("/api/domain", domain)
+    api.install(app)
     return app
 
 
