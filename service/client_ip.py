@@ -32,19 +32,16 @@ def parse_ip(text: str) -> IPAddress | None:
     return address
 
 
-def client_address(
-    request: web.Request, trusted: Sequence[IPNetwork]
-) -> IPAddress | None:
-    """Return the socket peer, or behind trusted proxies the right-most untrusted hop.
+def _forwarded_client(
+    request: web.Request, proxy: IPAddress, trusted: Sequence[IPNetwork]
+) -> IPAddress:
+    """Return the right-most untrusted X-Forwarded-For hop of a request from a proxy.
 
     Each proxy appends the address it received the request from, so only the
     right-most entries were written by us; the left ones are whatever the
     client chose to send. Walking from the right past our own proxies gives
     the first address nobody could forge. A malformed hop stops the walk.
     """
-    peer = parse_ip(request.remote or "")
-    if peer is None or not any(peer in net for net in trusted):
-        return peer
     hops = [
         hop
         for value in request.headers.getall("X-Forwarded-For", [])
@@ -56,8 +53,8 @@ def client_address(
             break
         if not any(address in net for net in trusted):
             return address
-        peer = address
-    return peer
+        proxy = address
+    return proxy
 
 
 @lru_cache(maxsize=4096)
@@ -74,9 +71,10 @@ def subject_of(address: IPAddress | None) -> str:
 class ClientNamer:
     """Name a request's rate-limit subject, parsing each direct peer only once.
 
-    A peer that is not one of our proxies is the client, whatever headers it
-    sends, so its subject depends on nothing but its address text. Only
-    requests relayed by a trusted proxy need their X-Forwarded-For walked.
+    The client is the socket peer, unless the peer is one of our proxies. A
+    peer that is not is the client whatever headers it sends, so its subject
+    depends on nothing but its address text and is kept. Only requests relayed
+    by a trusted proxy have their X-Forwarded-For walked.
     """
 
     def __init__(self, trusted: Sequence[IPNetwork], max_peers: int = 4096) -> None:
@@ -91,7 +89,7 @@ class ClientNamer:
             return subject
         peer = parse_ip(remote)
         if peer is not None and any(peer in net for net in self._trusted):
-            return subject_of(client_address(request, self._trusted))
+            return subject_of(_forwarded_client(request, peer, self._trusted))
         if len(self._direct) >= self._max:
             self._direct.clear()
         subject = self._direct[remote] = subject_of(peer)
