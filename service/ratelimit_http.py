@@ -163,13 +163,13 @@ def setup_remembered_denials(
             """Answer a remembered denial whole; otherwise pass the named client on."""
             nonlocal limiter
             subject = namer.subject(request)
-            request[CLIENT] = subject
             if single:
                 if limiter is None:
                     limiter = request.app[LIMITER]
                 memo_key = (subject, names)
                 if (memo := limiter.remembered(memo_key)) is not None:
                     return denials.answer(memo_key, *memo)
+            request[CLIENT] = subject
             return await handler(request)
 
         return remembered
