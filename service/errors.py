@@ -30,7 +30,7 @@ _CODES: Final = {
 UNAVAILABLE_RETRY_AFTER: Final = "5"
 # The name of the catch-all route that answers what no other route took.
 FALLBACK: Final = "fallback"
-# Headers of an aiohttp HTTPException that the client needs (405's Allow, for one).
+# Headers of an aiohttp HTTPException that the client needs to act on it.
 _KEPT: Final = (hdrs.ALLOW, hdrs.RETRY_AFTER)
 
 
