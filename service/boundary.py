@@ -45,11 +45,6 @@ class ApiBoundary:
         """Take routes whose paths are relative to the prefix."""
         self._routes.extend(routes)
 
-    @property
-    def routes(self) -> tuple[web.RouteDef, ...]:
-        """Return the routes as their modules declared them."""
-        return tuple(self._routes)
-
     def wrap(self, route: web.RouteDef) -> Handler:
         """Compose the layers around one route's handler, innermost last."""
         handler = route.handler
