@@ -15,7 +15,7 @@ from contextlib import ExitStack
 
 from harness import arguments, compare, report, server
 
-from service.embedded import RedisServer
+from service.store.embedded import RedisServer
 
 
 def main() -> None:

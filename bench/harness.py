@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from service.embedded import free_port
+from service.store.embedded import free_port
 
 HERE = Path(__file__).resolve().parent
 SECRET = "bench-secret-key-0123456789abcdef-0123456789"

@@ -20,13 +20,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from aiohttp.typedefs import Handler
 
+from service.api.boundary import ApiBoundary
+from service.api.errors import setup_errors
 from service.app import create_app, freeze_startup_objects
-from service.boundary import ApiBoundary
-from service.errors import setup_errors
 from service.keys import SETTINGS
-from service.redis_store import redis_ctx
 from service.settings import load_settings
-from service.square import list_square
+from service.square.feed import list_square
+from service.store.clients import redis_ctx
 
 Captured = tuple[bytes, dict[str, str]]
 # Set by aiohttp on every response; everything else is copied.

@@ -19,8 +19,8 @@ from contextlib import ExitStack
 from harness import arguments, compare, report, server
 from redis.asyncio import Redis
 
-from service.embedded import RedisServer
-from service.square import SquareStore
+from service.square.feed import SquareStore
+from service.store.embedded import RedisServer
 
 OPEN = {
     "STUDIO_LIMITS_GALLERY_QUOTA": "1000000000",

@@ -16,8 +16,8 @@ from typing import Final
 from aiohttp import web
 
 from .app import create_app, freeze_startup_objects
-from .embedded import MailCatcher, RedisServer
 from .settings import Settings, SettingsError, load_settings, require_production
+from .store.embedded import MailCatcher, RedisServer
 
 _LOGGER: Final = logging.getLogger("service")
 

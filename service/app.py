@@ -11,29 +11,29 @@ import jinja2
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from .auth import setup_auth_routes
-from .boundary import ApiBoundary
+from .api.boundary import ApiBoundary
+from .api.csrf import setup_csrf
+from .api.errors import FALLBACK, fallback_handler, setup_errors
+from .auth.endpoints import setup_auth_routes
+from .auth.mailer import mailer_ctx
+from .auth.sessions import setup_sessions
 from .content import Content, load_content
-from .csrf import setup_csrf
-from .discovery import render_machine_files
-from .documents import HTML_TYPE, document_handler, render_documents
-from .errors import FALLBACK, fallback_handler, setup_errors
-from .headers import SecurityHeaders, content_security_policy, setup_headers
 from .keys import CONTENT, SETTINGS
-from .mailer import mailer_ctx
-from .openapi import media_for
-from .ratelimit_http import (
+from .limits.http import (
     RouteLimit,
     setup_rate_headers,
     setup_ratelimit,
     setup_remembered_denials,
 )
-from .redis_store import limiter_ctx, redis_ctx
-from .representation import Representation, prepare, respond
-from .routes import PUBLIC_ROUTES, setup_public_routes
-from .sessions import setup_sessions
 from .settings import ROOT, Settings, SettingsError, variable
-from .square import setup_square_routes
+from .square.feed import setup_square_routes
+from .store.clients import limiter_ctx, redis_ctx
+from .web.discovery import render_machine_files
+from .web.documents import HTML_TYPE, document_handler, render_documents
+from .web.headers import SecurityHeaders, content_security_policy, setup_headers
+from .web.openapi import media_for
+from .web.representation import Representation, prepare, respond
+from .web.routes import PUBLIC_ROUTES, setup_public_routes
 
 TEMPLATES_DIR: Final = ROOT / "templates"
 # Internal JSON bodies are small; anything bigger is refused with 413 before parsing.

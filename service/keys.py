@@ -8,15 +8,15 @@ from aiohttp import web
 from redis.asyncio import Redis
 
 from .content import Content
-from .ratelimit import Decision, Limiter
+from .limits.limiter import Decision, Limiter
 from .settings import Settings
 
 if TYPE_CHECKING:  # the stores import this module; their types are named in quotes
-    from .accounts import AccountStore  # noqa: F401
-    from .codes import CodeStore  # noqa: F401
-    from .mailer import Mailer  # noqa: F401
-    from .sessions import Session, SessionStore  # noqa: F401
-    from .square import SquareStore  # noqa: F401
+    from .auth.accounts import AccountStore  # noqa: F401
+    from .auth.codes import CodeStore  # noqa: F401
+    from .auth.mailer import Mailer  # noqa: F401
+    from .auth.sessions import Session, SessionStore  # noqa: F401
+    from .square.feed import SquareStore  # noqa: F401
 
 SETTINGS: Final = web.AppKey("settings", Settings)
 CONTENT: Final = web.AppKey("content", Content)

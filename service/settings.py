@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from email_validator import EmailNotValidError, validate_email
 
-from .ratelimit import Policy
+from .limits.limiter import Policy
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG: Final = ROOT / "config" / "default.toml"

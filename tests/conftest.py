@@ -11,8 +11,8 @@ from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
 
 from service.app import create_app
-from service.embedded import MailCatcher, RedisServer
 from service.settings import Settings, load_settings
+from service.store.embedded import MailCatcher, RedisServer
 
 TEST_SECRET = "test-secret-key-0123456789abcdef-0123456789"
 

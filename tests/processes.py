@@ -12,8 +12,8 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
-from service.embedded import free_port
 from service.settings import ROOT
+from service.store.embedded import free_port
 
 
 def studio_environ(**variables: str) -> dict[str, str]:

@@ -6,7 +6,7 @@ import asyncio
 
 from redis.asyncio import Redis
 
-from service.accounts import AccountStore, account_key
+from service.auth.accounts import AccountStore, account_key
 
 
 async def test_ten_concurrent_first_opens_give_one_account_and_one_grant(

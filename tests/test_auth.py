@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 from redis.asyncio import Redis
 
-from service.embedded import MailCatcher
+from service.store.embedded import MailCatcher
 
 from .conftest import Client, forget_limits, latest_code
 

@@ -14,7 +14,7 @@ from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
 
 from service.app import create_app
-from service.embedded import MailCatcher, RedisServer, free_port
+from service.store.embedded import MailCatcher, RedisServer, free_port
 
 from .conftest import Client, SettingsFactory, latest_code
 

@@ -8,8 +8,8 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from pytest_aiohttp import AiohttpClient
 
+from service.api.boundary import ApiBoundary, Layer, route_name
 from service.app import create_app
-from service.boundary import ApiBoundary, Layer, route_name
 
 from .conftest import SettingsFactory
 

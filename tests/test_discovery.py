@@ -15,10 +15,10 @@ from openapi_spec_validator import OpenAPIV31SpecValidator
 from protego import Protego
 from usp.tree import sitemap_from_str
 
-from service.documents import CONTENT_SIGNAL
-from service.errors import FALLBACK
+from service.api.errors import FALLBACK
 from service.keys import SETTINGS
-from service.routes import PUBLIC_ROUTES
+from service.web.documents import CONTENT_SIGNAL
+from service.web.routes import PUBLIC_ROUTES
 
 from .conftest import Client
 

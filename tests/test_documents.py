@@ -10,9 +10,9 @@ import pytest
 from bs4 import BeautifulSoup, Tag
 
 from service.content import load_content
-from service.documents import CONTENT_SIGNAL, estimate_tokens
 from service.keys import SETTINGS
 from service.settings import ROOT
+from service.web.documents import CONTENT_SIGNAL, estimate_tokens
 
 from .conftest import Client
 

@@ -8,8 +8,8 @@ import pytest
 from aiohttp import web
 from pytest_aiohttp import AiohttpClient
 
-from service.boundary import ApiBoundary
-from service.errors import ApiError, setup_errors
+from service.api.boundary import ApiBoundary
+from service.api.errors import ApiError, setup_errors
 
 from .conftest import Client
 
@@ -91,7 +91,7 @@ async def test_a_crash_becomes_a_500_without_traceback(
 ) -> None:
     """The client sees a code, the log keeps the traceback."""
     client = await aiohttp_client(_crashing_app())
-    with caplog.at_level(logging.ERROR, logger="service.errors"):
+    with caplog.at_level(logging.ERROR, logger="service.api.errors"):
         response = await client.get("/api/crash")
     assert response.status == 500
     assert await response.json() == {"error": "INTERNAL_ERROR"}

@@ -10,8 +10,8 @@ import pytest
 from pytest_aiohttp import AiohttpClient
 
 from service.app import create_app
-from service.embedded import RedisServer
 from service.keys import SQUARE
+from service.store.embedded import RedisServer
 
 from .chaos import HangingProxy
 from .conftest import Client, SettingsFactory

@@ -10,7 +10,7 @@ import pytest
 from pytest_aiohttp import AiohttpClient
 
 from service.app import TEMPLATES_DIR, create_app
-from service.routes import PUBLIC_ROUTES
+from service.web.routes import PUBLIC_ROUTES
 
 from .conftest import Client, SettingsFactory
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from service.embedded import RedisServer, free_port
 from service.settings import ROOT
+from service.store.embedded import RedisServer, free_port
 
 from .conftest import TEST_SECRET
 from .processes import running, studio_environ

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from service.negotiation import accepts_gzip, prefers_markdown
+from service.web.negotiation import accepts_gzip, prefers_markdown
 
 CHROME = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,*/*;q=0.8"
 

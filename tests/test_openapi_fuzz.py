@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from service.embedded import RedisServer
+from service.store.embedded import RedisServer
 
 from .conftest import TEST_SECRET
 from .processes import running

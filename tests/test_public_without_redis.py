@@ -9,8 +9,8 @@ from pytest_aiohttp import AiohttpClient
 from redis import Redis
 
 from service.app import create_app
-from service.embedded import RedisServer
-from service.routes import PUBLIC_ROUTES
+from service.store.embedded import RedisServer
+from service.web.routes import PUBLIC_ROUTES
 
 from .conftest import Client, SettingsFactory
 

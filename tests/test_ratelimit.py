@@ -14,8 +14,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.crc import key_slot
 
-from service.embedded import RedisServer, free_port
-from service.ratelimit import (
+from service.limits.limiter import (
     GCRA_SCRIPT,
     Breaker,
     Limiter,
@@ -24,6 +23,7 @@ from service.ratelimit import (
     Policy,
     bucket_key,
 )
+from service.store.embedded import RedisServer, free_port
 
 HOUR_US = 3_600_000_000
 NOW = 1_763_726_460_000_000

@@ -16,7 +16,7 @@ from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
 
 from service.app import create_app
-from service.embedded import RedisServer
+from service.store.embedded import RedisServer
 
 from .conftest import TEST_SECRET, Client, SettingsFactory
 from .processes import running

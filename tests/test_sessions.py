@@ -12,7 +12,7 @@ from aiohttp.typedefs import Handler
 from redis.asyncio import Redis
 
 from service.app import create_app
-from service.sessions import (
+from service.auth.sessions import (
     ABSOLUTE_SECONDS,
     IDLE_SECONDS,
     SessionStore,

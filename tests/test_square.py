@@ -6,7 +6,7 @@ import pytest
 from redis.asyncio import Redis
 
 from service.keys import SQUARE
-from service.square import SquareStore, Work
+from service.square.feed import SquareStore, Work
 
 from .conftest import Client
 

@@ -19,7 +19,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError
 
-from .deadline import within
+from ..store.deadline import within
 
 _LUA: Final = Path(__file__).parent / "lua"
 GCRA_SCRIPT: Final = (_LUA / "gcra.lua").read_text()

@@ -15,7 +15,7 @@ from aiohttp import hdrs, web
 from bs4 import BeautifulSoup, Tag
 from markdownify import MarkdownConverter
 
-from .content import Content, DocumentMeta
+from ..content import Content, DocumentMeta
 from .headers import SecurityHeaders
 from .negotiation import prefers_markdown
 from .representation import Representation, prepare, respond

@@ -10,7 +10,7 @@ from functools import cached_property
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
-from .boundary import ApiBoundary
+from ..api.boundary import ApiBoundary
 
 
 def content_security_policy(inline_style: str) -> str:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from email_validator import EmailNotValidError, validate_email
 
-from .errors import ApiError
+from ..api.errors import ApiError
 
 # RFC 5321's path limit; email-validator enforces the parts, this caps the whole.
 MAX_ADDRESS_LENGTH = 254

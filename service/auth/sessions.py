@@ -15,9 +15,9 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from redis.asyncio import Redis
 
-from .boundary import ApiBoundary
-from .errors import ApiError
-from .keys import SESSION, SESSIONS
+from ..api.boundary import ApiBoundary
+from ..api.errors import ApiError
+from ..keys import SESSION, SESSIONS
 
 COOKIE: Final = "studio_session"
 IDLE_SECONDS: Final = 7 * 24 * 3600

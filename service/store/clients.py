@@ -9,9 +9,10 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from .accounts import AccountStore
-from .codes import CodeStore
-from .keys import (
+from ..auth.accounts import AccountStore
+from ..auth.codes import CodeStore
+from ..auth.sessions import SessionStore
+from ..keys import (
     ACCOUNTS,
     CODES,
     LIMITER,
@@ -20,9 +21,8 @@ from .keys import (
     SETTINGS,
     SQUARE,
 )
-from .ratelimit import Limiter
-from .sessions import SessionStore
-from .square import SquareStore
+from ..limits.limiter import Limiter
+from ..square.feed import SquareStore
 
 
 async def redis_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -13,9 +13,9 @@ from typing import Any, Final, Literal, Protocol
 import aiosmtplib
 from aiohttp import web
 
+from ..keys import MAILER, SETTINGS
+from ..settings import SmtpSettings
 from .codes import CODE_TTL_SECONDS, readable
-from .keys import MAILER, SETTINGS
-from .settings import SmtpSettings
 
 _LOGGER: Final = logging.getLogger(__name__)
 # aiosmtplib logs the SMTP conversation, message bodies included, at DEBUG: a code

@@ -11,12 +11,12 @@ from typing import Any, Final
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
-from .boundary import ApiBoundary, route_name
+from ..api.boundary import ApiBoundary, route_name
+from ..api.errors import UNAVAILABLE_RETRY_AFTER, ApiError
+from ..keys import CLIENT, DECISIONS, DEGRADED, LIMITER
+from ..web.headers import SecurityHeaders
 from .client_ip import ClientNamer, IPNetwork
-from .errors import UNAVAILABLE_RETRY_AFTER, ApiError
-from .headers import SecurityHeaders
-from .keys import CLIENT, DECISIONS, DEGRADED, LIMITER
-from .ratelimit import (
+from .limiter import (
     MICROS,
     Decision,
     Limiter,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from . import __version__
+from .. import __version__
 from .routes import PUBLIC_ROUTES, Kind, PublicRoute
 
 _TEXT: Final = {"type": "string"}

@@ -9,14 +9,14 @@ from typing import Final, cast
 from aiohttp import web
 from redis.exceptions import RedisError
 
-from .boundary import ApiBoundary
+from ..api.boundary import ApiBoundary
+from ..api.errors import ApiError
+from ..api.payloads import json_response, read_json
+from ..keys import ACCOUNTS, CODES, CONTENT, MAILER, SESSION, SESSIONS, SETTINGS
+from ..limits.http import enforce, refund
 from .codes import CODE_TTL_SECONDS, Verdict
-from .errors import ApiError
 from .identity import parse_address
-from .keys import ACCOUNTS, CODES, CONTENT, MAILER, SESSION, SESSIONS, SETTINGS
 from .mailer import Lang, MailUnavailable, code_message, site_name
-from .payloads import json_response, read_json
-from .ratelimit_http import enforce, refund
 from .sessions import COOKIE, anonymous, clear_session_cookie, set_session_cookie
 
 _LOGGER: Final = logging.getLogger(__name__)

@@ -12,9 +12,9 @@ from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 from redis.exceptions import RedisError
 
+from ..web.headers import SecurityHeaders
+from ..web.representation import Representation
 from .boundary import API_PREFIX, ApiBoundary
-from .headers import SecurityHeaders
-from .representation import Representation
 
 _LOGGER: Final = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from typing import Any, Final
 import jinja2
 from aiohttp import hdrs
 
-from .content import Content
+from ..content import Content
 from .documents import CONTENT_SIGNAL, MARKDOWN_TYPE
 from .headers import SecurityHeaders
 from .openapi import build_openapi

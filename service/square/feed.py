@@ -19,11 +19,11 @@ from aiohttp import web
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from .boundary import ApiBoundary
-from .deadline import within
-from .errors import ApiError
-from .keys import DEGRADED, SQUARE
-from .sessions import anonymous
+from ..api.boundary import ApiBoundary
+from ..api.errors import ApiError
+from ..auth.sessions import anonymous
+from ..keys import DEGRADED, SQUARE
+from ..store.deadline import within
 
 # All square keys share one hash tag, so publishing is one atomic step on Cluster too.
 _TAG: Final = "studio:square:{square}"
