@@ -39,6 +39,22 @@ class SmtpSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkbenchSettings:
+    """Generations, media and workers (CONTRACT §6, §7)."""
+
+    demo_upstream: bool
+    demo_seconds: float
+    media_dir: Path
+    media_public_url: str
+    jobs_per_user: int
+    visibility_timeout: int
+    image_deadline: int
+    video_deadline: int
+    worker_concurrency: int
+    expire_months: int
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     base_url: str
     host: str
@@ -51,6 +67,7 @@ class Settings:
     trial_credits: int
     data_dir: Path
     smtp: SmtpSettings
+    workbench: WorkbenchSettings
     limits: dict[str, Policy] = field(hash=False)
 
     @property
@@ -133,6 +150,18 @@ def _build(raw: Mapping[str, Any]) -> Settings:
             password=_text(raw, "smtp.password"),
             timeout=_number(raw, "smtp.timeout", 0.1, 300.0),
         ),
+        workbench=WorkbenchSettings(
+            demo_upstream=_boolean(raw, "demo.upstream"),
+            demo_seconds=_number(raw, "demo.seconds", 0.0, 600.0),
+            media_dir=Path(_text(raw, "media.dir") or ".data/media").absolute(),
+            media_public_url=_public_url(raw, "media.public_url"),
+            jobs_per_user=_integer(raw, "jobs.per_user", 1, 1000),
+            visibility_timeout=_integer(raw, "jobs.visibility_timeout", 2, 86400),
+            image_deadline=_integer(raw, "jobs.image_deadline", 1, 86400),
+            video_deadline=_integer(raw, "jobs.video_deadline", 1, 86400),
+            worker_concurrency=_integer(raw, "worker.concurrency", 1, 1000),
+            expire_months=_integer(raw, "credits.expire_months", 1, 1200),
+        ),
         limits=_policies(raw),
     )
 
@@ -153,6 +182,25 @@ def _integer(raw: Mapping[str, Any], key: str, low: int, high: int) -> int:
     if number is None or not low <= number <= high:
         raise SettingsError(f"{variable(key)}: must be an integer {low}-{high}")
     return number
+
+
+def _boolean(raw: Mapping[str, Any], key: str) -> bool:
+    value = raw[key]
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off", ""):
+        return False
+    raise SettingsError(f"{variable(key)}: must be 1/true or 0/false")
+
+
+def _public_url(raw: Mapping[str, Any], key: str) -> str:
+    url = _text(raw, key).rstrip("/")
+    if url and urlsplit(url).scheme not in ("http", "https"):
+        raise SettingsError(f"{variable(key)}: must be an http:// or https:// URL")
+    return url
 
 
 def _number(raw: Mapping[str, Any], key: str, low: float, high: float) -> float:

@@ -1,25 +1,15 @@
-"""Accounts in Redis: opened once per address, with the trial credits granted once."""
+"""Accounts: a random id each, found by the address's HMAC, opened once with a trial."""
 
 from __future__ import annotations
 
-import datetime as dt
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from redis.asyncio import Redis
 
-# Creates the account only if its key is absent; returns whether it did, and the record.
-_OPEN: Final = """
-local created = 0
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  redis.call('HSET', KEYS[1], 'id', ARGV[1], 'email', ARGV[2],
-             'credits', ARGV[3], 'created_at', ARGV[4])
-  created = 1
-end
-return {created, redis.call('HGETALL', KEYS[1])}
-"""
+from ..studio.ledger import Ledger, account_key, text
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +20,6 @@ class Account:
     email: str
     credits: int
     created_at: str
-    key: str
 
     def public(self) -> dict[str, Any]:
         """Return the fields the API answers with."""
@@ -42,46 +31,52 @@ class Account:
         }
 
 
-def account_key(address_key: str) -> str:
-    """Name the account's hash; the address HMAC is its Cluster hash tag."""
-    return f"studio:user:{{{address_key}}}"
+def address_index_key(address_key: str) -> str:
+    """Name the key that maps an address HMAC to its account id (its own slot)."""
+    return f"studio:email:{{{address_key}}}"
 
 
-def _account(fields: Mapping[Any, Any], key: str) -> Account:
-    values = {_text(k): _text(v) for k, v in fields.items()}
+def _account(fields: Mapping[str, str]) -> Account:
     return Account(
-        id=values["id"],
-        email=values["email"],
-        credits=int(values["credits"]),
-        created_at=values["created_at"],
-        key=key,
+        id=fields["id"],
+        email=fields["email"],
+        credits=int(fields["balance"]),
+        created_at=fields["created_at"],
     )
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 class AccountStore:
-    """Open and read accounts; the opening script is loaded once."""
+    """Open and read accounts.
 
-    def __init__(self, redis: Redis, trial_credits: int) -> None:
+    The address index and the account live in different slots, so opening is
+    two idempotent steps: claim an id for the address (SET NX), then create the
+    account under that id with its trial grant (a script that does nothing if
+    the account exists). A crash between them leaves an id that the next
+    sign-in completes; concurrent first sign-ins agree on one id and one grant.
+    """
+
+    def __init__(self, redis: Redis, ledger: Ledger) -> None:
         self._redis = redis
-        self._trial_credits = trial_credits
-        self._open = redis.register_script(_OPEN)
+        self._ledger = ledger
 
     async def open(self, address_key: str, email: str) -> tuple[Account, bool]:
         """Find the account of an address or open it; only the opener grants credits."""
-        now = (
-            dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-        )
-        key = account_key(address_key)
-        args: list[str | int] = [secrets.token_hex(12), email, self._trial_credits, now]
-        created, flat = await self._open(keys=[key], args=args)
-        fields = dict(zip(flat[::2], flat[1::2], strict=True))
-        return _account(fields, address_key), bool(created)
+        index = address_index_key(address_key)
+        claimed = secrets.token_hex(12)
+        await self._redis.set(index, claimed, nx=True)
+        found = await self._redis.get(index)
+        account_id = found.decode() if isinstance(found, bytes) else str(found)
+        fields, created = await self._ledger.open(account_id, email, address_key)
+        return _account(fields), created
 
-    async def load(self, address_key: str) -> Account | None:
-        """Return the account filed under an address key, if there is one."""
-        fields = await self._redis.hgetall(account_key(address_key))
-        return _account(fields, address_key) if fields else None
+    async def load(self, account_id: str) -> Account | None:
+        """Return the account with this id, if there is one."""
+        fields = await self._redis.hgetall(account_key(account_id))
+        return (
+            _account({text(k): text(v) for k, v in fields.items()}) if fields else None
+        )
+
+    async def find(self, address_key: str) -> str | None:
+        """Return the id of the account of an address, if it has one."""
+        found = await self._redis.get(address_index_key(address_key))
+        return found.decode() if isinstance(found, bytes) else found

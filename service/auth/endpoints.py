@@ -101,7 +101,7 @@ async def verify(request: web.Request) -> web.StreamResponse:
     sessions = app[SESSIONS]
     if previous := request.cookies.get(COOKIE):
         await sessions.delete(previous)
-    token, session = await sessions.create(account.key)
+    token, session = await sessions.create(account.id)
     _LOGGER.info(
         "signed in account %s, session %s, new=%s",
         account.id,
@@ -126,7 +126,7 @@ async def logout(request: web.Request) -> web.StreamResponse:
 async def me(request: web.Request) -> web.StreamResponse:
     """Show the signed-in account."""
     session = request[SESSION]
-    account = await request.config_dict[ACCOUNTS].load(session.account_key)
+    account = await request.config_dict[ACCOUNTS].load(session.account_id)
     if account is None:
         raise ApiError(401, "NO_SESSION")
     return json_response(account.public())

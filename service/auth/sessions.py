@@ -53,7 +53,7 @@ class Session:
     """A signed-in person's session, as Redis keeps it."""
 
     key: str
-    account_key: str
+    account_id: str
     created: int
     seen: int
 
@@ -75,18 +75,16 @@ class SessionStore:
         self._redis = redis
         self._touch = redis.register_script(_TOUCH)
 
-    async def create(self, account_key: str) -> tuple[str, Session]:
+    async def create(self, account_id: str) -> tuple[str, Session]:
         """Open a session for an account; return the cookie token and the session."""
         token = base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
         now = int(time.time())
         key = session_key(token)
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(
-                key, mapping={"account": account_key, "created": now, "seen": now}
-            )
+            pipe.hset(key, mapping={"account": account_id, "created": now, "seen": now})
             pipe.expire(key, _ttl(now, now))
             await pipe.execute()
-        return token, Session(key=key, account_key=account_key, created=now, seen=now)
+        return token, Session(key=key, account_id=account_id, created=now, seen=now)
 
     async def load(self, token: str) -> Session | None:
         """Return the live session of a token, refreshing its idle expiry hourly."""

@@ -1,0 +1,172 @@
+"""The credits ledger: every change of a balance is one atomic script on one slot."""
+
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
+
+_LUA: Final = Path(__file__).parent / "lua"
+_PRELUDE: Final = (_LUA / "ledger.lua").read_text()
+
+
+def account_key(account_id: str) -> str:
+    """Name an account's hash; its id is the hash tag of everything it owns."""
+    return f"studio:acct:{{{account_id}}}"
+
+
+def events_channel(account_id: str) -> str:
+    """Name the pub/sub channel of an account's live events."""
+    return f"studio:events:{account_id}"
+
+
+def script(redis: Redis, name: str) -> AsyncScript:
+    """Register an account script: the shared prelude, then its own body."""
+    return redis.register_script(_PRELUDE + (_LUA / f"{name}.lua").read_text())
+
+
+def text(value: bytes | str) -> str:
+    """Decode a Redis reply item."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def pairs(flat: Sequence[Any]) -> dict[str, str]:
+    """Turn a flat HGETALL-style reply into a dict of strings."""
+    return {text(k): text(v) for k, v in zip(flat[::2], flat[1::2], strict=True)}
+
+
+def iso(moment: dt.datetime) -> str:
+    """Write a time as RFC 3339 UTC with a Z."""
+    return (
+        moment.astimezone(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    )
+
+
+def now() -> dt.datetime:
+    """Return the current time in UTC, to the second."""
+    return dt.datetime.now(dt.UTC).replace(microsecond=0)
+
+
+def add_months(moment: dt.datetime, months: int) -> dt.datetime:
+    """Move a time by whole calendar months, clamping the day (Jan 31 + 1 = Feb 28)."""
+    month0 = moment.month - 1 + months
+    year, month = moment.year + month0 // 12, month0 % 12 + 1
+    day = min(moment.day, calendar.monthrange(year, month)[1])
+    return moment.replace(year=year, month=month, day=day)
+
+
+class InsufficientCredits(Exception):
+    """The balance does not cover what was asked."""
+
+    def __init__(self, balance: int) -> None:
+        super().__init__(balance)
+        self.balance = balance
+
+
+class UnknownAccount(Exception):
+    """No account has that id."""
+
+
+@dataclass(frozen=True, slots=True)
+class CreditsPage:
+    """One page of the ledger, newest first, with the balance and live lots."""
+
+    balance: int
+    owed: int
+    lots: list[dict[str, Any]]
+    entries: list[dict[str, Any]]
+    next_before: int | None
+
+
+def _lot_view(lot_id: str, lot: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "id": lot_id,
+        "kind": lot["kind"],
+        "granted": lot["granted"],
+        "remaining": lot["remaining"],
+        "expires_at": lot["expires_at"],
+        "order_id": lot.get("order_id"),
+    }
+
+
+class Ledger:
+    """Open accounts with their trial lot, grant and take credits, read the ledger."""
+
+    def __init__(self, redis: Redis, *, trial_credits: int, expire_months: int) -> None:
+        self._redis = redis
+        self._trial = trial_credits
+        self._months = expire_months
+        self._open = script(redis, "open")
+        self._adjust = script(redis, "adjust")
+
+    def _expiry(self, moment: dt.datetime) -> list[str | int]:
+        expires = add_months(moment, self._months)
+        return [int(expires.timestamp()), iso(expires)]
+
+    async def open(
+        self, account_id: str, email: str, address: str
+    ) -> tuple[dict[str, str], bool]:
+        """Create the account with its trial grant once; return it and if it is new."""
+        moment = now()
+        args: list[str | int] = [account_id, email, address, iso(moment)]
+        args.append(self._trial)
+        created, flat = await self._open(
+            keys=[account_key(account_id)], args=args + self._expiry(moment)
+        )
+        return pairs(flat), bool(created)
+
+    async def adjust(self, account_id: str, amount: int, note: str) -> int:
+        """Grant (a bonus lot) or take back credits as `adjust`; the new balance."""
+        moment = now()
+        args: list[str | int] = [amount, note, int(moment.timestamp()), iso(moment)]
+        reply = await self._adjust(
+            keys=[account_key(account_id)], args=args + self._expiry(moment)
+        )
+        outcome = text(reply[0])
+        if outcome == "NO_ACCOUNT":
+            raise UnknownAccount(account_id)
+        if outcome == "INSUFFICIENT_CREDITS":
+            raise InsufficientCredits(int(reply[1]))
+        return int(reply[1])
+
+    async def page(
+        self, account_id: str, *, before: int | None, limit: int
+    ) -> CreditsPage:
+        """Read the balance, the lots with credits left and a page of entries.
+
+        Entries are append-only, so the entry with sequence number n sits at
+        index n - 1 of the list forever: a cursor is a sequence number.
+        """
+        key = account_key(account_id)
+        if before is None:
+            start, stop = -(limit + 1), -1
+        elif before > 1:
+            start, stop = max(0, before - 2 - limit), before - 2
+        else:
+            start, stop = 1, 0  # an empty range: nothing comes before the first
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hmget(key, ["balance", "owed"])
+            pipe.zrange(f"{key}:lots", 0, -1)
+            pipe.hgetall(f"{key}:lot")
+            pipe.lrange(f"{key}:ledger", start, stop)
+            numbers, order, lots, raw = await pipe.execute()
+        all_lots = {text(k): json.loads(v) for k, v in lots.items()}
+        live = [
+            _lot_view(lot_id, all_lots[lot_id])
+            for lot_id in map(text, order)
+            if all_lots[lot_id]["remaining"] > 0
+        ]
+        rows = [json.loads(item) for item in raw]
+        more = len(rows) > limit
+        rows = rows[-limit:] if more else rows
+        entries = list(reversed(rows))
+        next_before = int(entries[-1]["id"][1:]) if more and entries else None
+        balance, owed = (int(n or 0) for n in numbers)
+        return CreditsPage(balance, owed, live, entries, next_before)

@@ -1,0 +1,15 @@
+-- An operator's grant (a `bonus` lot) or take-back (in spending order), as `adjust`.
+-- ARGV: amount (signed), note, now epoch, now_iso, expires epoch, expires_iso
+local amount, note = tonumber(ARGV[1]), ARGV[2]
+local now_epoch, now_iso = tonumber(ARGV[3]), ARGV[4]
+if redis.call('EXISTS', P) == 0 then return {'NO_ACCOUNT'} end
+sweep(now_epoch, now_iso)
+if amount > 0 then
+  add_lot('bonus', amount, tonumber(ARGV[5]), ARGV[6], now_iso, nil)
+else
+  if balance() + amount < 0 then return {'INSUFFICIENT_CREDITS', balance()} end
+  take(-amount)
+end
+entry('adjust', amount, now_iso, nil, nil, note ~= '' and note or nil)
+publish('credits', {balance = balance()})
+return {'OK', balance()}

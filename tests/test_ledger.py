@@ -1,0 +1,123 @@
+"""The ledger's invariants: entries, lots and balance always agree; never below 0."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+from redis.asyncio import Redis
+
+from service.studio.generations import GenerationStore, SubmitRefused
+from service.studio.ledger import InsufficientCredits, Ledger, account_key
+
+Operation = tuple[str, int]
+
+
+async def _views(redis: Redis, account_id: str) -> tuple[int, int, int, list[Any]]:
+    key = account_key(account_id)
+    balance = int(await redis.hget(key, "balance") or 0)
+    entries = [json.loads(e) for e in await redis.lrange(f"{key}:ledger", 0, -1)]
+    lots = [json.loads(v) for v in (await redis.hgetall(f"{key}:lot")).values()]
+    return (
+        balance,
+        sum(e["amount"] for e in entries),
+        sum(lot["remaining"] for lot in lots),
+        entries,
+    )
+
+
+async def test_debits_take_trial_and_bonus_first_soonest_expiry_first(
+    redis: Redis,
+) -> None:
+    """A bonus that expires before the trial lot is spent first; refunds go back."""
+    ledger = Ledger(redis, trial_credits=10, expire_months=24)
+    await ledger.open("u1", "a@example.com", "x" * 32)
+    key = account_key("u1")
+    await ledger.adjust("u1", 5, "compensation")
+    # make the bonus lot expire sooner than the trial lot
+    bonus = json.loads(await redis.hget(f"{key}:lot", "l2") or "")
+    bonus["expires"] -= 10**6
+    await redis.hset(f"{key}:lot", "l2", json.dumps(bonus))
+    await redis.zadd(f"{key}:lots", {"l2": bonus["expires"]})
+    store = GenerationStore(redis)
+    submitted = await store.submit(
+        "u1", "g1", price=7, cap=4, idempotency="", body_hash="h",
+        fields={"model": "m", "kind": "image", "prompt": "p", "size": "1x1",
+                "count": 1, "seed": 1},
+    )  # fmt: skip
+    assert json.loads(submitted.fields["lots"]) == {"l2": 5, "l1": 2}
+    outcome, _ = await store.settle("u1", "g1", "fail", "UPSTREAM_FAILED")
+    assert outcome == "OK"
+    page = await ledger.page("u1", before=None, limit=10)
+    assert {lot["id"]: lot["remaining"] for lot in page.lots} == {"l1": 10, "l2": 5}
+    assert [lot["kind"] for lot in page.lots] == ["bonus", "trial"]
+
+
+async def test_expired_credits_leave_with_an_expire_entry(redis: Redis) -> None:
+    """A lot past its expiry is swept out of the balance by the next change."""
+    ledger = Ledger(redis, trial_credits=10, expire_months=24)
+    await ledger.open("u2", "b@example.com", "y" * 32)
+    key = account_key("u2")
+    lot = json.loads(await redis.hget(f"{key}:lot", "l1") or "")
+    lot["expires"] = 1
+    await redis.hset(f"{key}:lot", "l1", json.dumps(lot))
+    assert await ledger.adjust("u2", 3, "") == 3
+    page = await ledger.page("u2", before=None, limit=10)
+    assert [e["kind"] for e in reversed(page.entries)] == ["grant", "expire", "adjust"]
+    assert page.balance == 3
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["grant", "take", "submit", "fail", "cancel", "succeed"]),
+            st.integers(1, 40),
+        ),
+        max_size=30,
+    )
+)
+async def test_any_sequence_keeps_entries_lots_and_balance_equal(
+    redis: Redis, operations: list[Operation]
+) -> None:
+    """Random grants, take-backs, submits and settlements never break the books."""
+    await redis.flushdb()
+    ledger = Ledger(redis, trial_credits=20, expire_months=24)
+    store = GenerationStore(redis)
+    await ledger.open("u3", "c@example.com", "z" * 32)
+    gids: list[str] = []
+    refunded: set[str] = set()
+    for number, (kind, amount) in enumerate(operations):
+        if kind == "grant":
+            await ledger.adjust("u3", amount, "")
+        elif kind == "take":
+            with contextlib.suppress(InsufficientCredits):  # would go below zero
+                await ledger.adjust("u3", -amount, "")
+        elif kind == "submit":
+            with contextlib.suppress(SubmitRefused):  # INSUFFICIENT_CREDITS
+                await store.submit(
+                    "u3", f"g{number}", price=amount, cap=1000, idempotency="",
+                    body_hash="h", fields={"model": "m"},
+                )  # fmt: skip
+                gids.append(f"g{number}")
+        elif gids:
+            gid = gids[amount % len(gids)]
+            action = {"fail": "fail", "cancel": "cancel", "succeed": "succeed"}[kind]
+            extra = ["UPSTREAM_FAILED"] if action == "fail" else []
+            extra = ["[]"] if action == "succeed" else extra
+            outcome, _ = await store.settle("u3", gid, action, *extra)
+            if outcome == "OK" and action != "succeed":
+                assert gid not in refunded
+                refunded.add(gid)
+        balance, entries_sum, lots_sum, entries = await _views(redis, "u3")
+        assert balance == entries_sum == lots_sum
+        assert balance >= 0
+        assert all(e["balance_after"] >= 0 for e in entries)
+    refunds = [e for e in (await _views(redis, "u3"))[3] if e["kind"] == "refund"]
+    assert len(refunds) == len({e["generation_id"] for e in refunds})
