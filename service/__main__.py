@@ -14,10 +14,15 @@ from pathlib import Path
 from typing import Final
 
 from aiohttp import web
+from redis.asyncio import Redis
 
 from .app import create_app, freeze_startup_objects
+from .content import load_content
 from .settings import Settings, SettingsError, load_settings, require_production
 from .store.embedded import MailCatcher, RedisServer
+from .studio.media.store import DirectoryStore
+from .studio.upstreams.registry import Upstreams
+from .studio.worker import Worker
 
 _LOGGER: Final = logging.getLogger("service")
 
@@ -34,6 +39,8 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 def serve(settings: Settings) -> None:
     """Run the service alone, as production does; never start embedded servers."""
     require_production(settings)
+    if settings.workbench.demo_upstream:
+        _LOGGER.warning("STUDIO_DEMO_UPSTREAM is on: every model runs on the demo")
     app = create_app(settings)
     app.on_startup.append(freeze_startup_objects)
     web.run_app(
@@ -55,19 +62,65 @@ def _dev_secret(data_dir: Path) -> str:
     return path.read_text().strip()
 
 
+async def _until_signal() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+
+
+async def _work(settings: Settings) -> None:
+    redis = Redis.from_url(
+        settings.redis_url, socket_connect_timeout=1.0, socket_timeout=5.0
+    )
+    content = load_content()
+    upstreams = Upstreams(settings.workbench)
+    workbench = settings.workbench
+    worker = Worker(
+        redis=redis,
+        content=content,
+        settings=workbench,
+        media=DirectoryStore(workbench.media_dir, workbench.media_public_url),
+        upstream_for=upstreams,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    _LOGGER.info(
+        "worker %s: %d jobs at once", worker.consumer, workbench.worker_concurrency
+    )
+    try:
+        await worker.run(stop)
+    finally:
+        await upstreams.aclose()
+        await redis.aclose()
+        _LOGGER.info("worker %s stopped", worker.consumer)
+
+
+def work(settings: Settings) -> None:
+    """Run a worker process: jobs off the queue until SIGTERM, then hand back."""
+    if not settings.redis_url:
+        raise SettingsError("STUDIO_REDIS_URL: required by worker")
+    if settings.workbench.demo_upstream:
+        _LOGGER.warning("STUDIO_DEMO_UPSTREAM is on: every model runs on the demo")
+    loop = _new_loop()
+    try:
+        loop.run_until_complete(_work(settings))
+    finally:
+        loop.close()
+
+
 async def _run_until_signal(settings: Settings) -> None:
-    app = create_app(settings)
+    app = create_app(settings, embedded_worker=True)
     app.on_startup.append(freeze_startup_objects)
     runner = web.AppRunner(app, shutdown_timeout=5)
     await runner.setup()
     try:
         await web.TCPSite(runner, settings.host, settings.port).start()
         _LOGGER.info("serving on %s (Ctrl-C stops everything)", settings.base_url)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
-        await stop.wait()
+        await _until_signal()
     finally:
         await runner.cleanup()
 
@@ -105,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser(
         "dev", help="run with embedded Redis and SMTP catcher (make run)"
     )
+    commands.add_parser("worker", help="run a worker: generation jobs off the queue")
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -113,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings()
         if args.command == "serve":
             serve(settings)
+        elif args.command == "worker":
+            work(settings)
         else:
             dev(settings)
     except SettingsError as err:

@@ -18,7 +18,7 @@ from .auth.endpoints import setup_auth_routes
 from .auth.mailer import mailer_ctx
 from .auth.sessions import setup_sessions
 from .content import Content, load_content
-from .keys import CONTENT, SETTINGS
+from .keys import CONTENT, SECURITY, SETTINGS
 from .limits.http import (
     RouteLimit,
     setup_rate_headers,
@@ -28,6 +28,14 @@ from .limits.http import (
 from .settings import ROOT, Settings, SettingsError, variable
 from .square.feed import setup_square_routes
 from .store.clients import limiter_ctx, redis_ctx
+from .studio.context import (
+    EMBEDDED_WORKER,
+    embedded_worker_ctx,
+    end_event_streams,
+    studio_ctx,
+)
+from .studio.endpoints import ACCOUNT_LIMITED, setup_studio_routes
+from .studio.media.serving import setup_media_routes
 from .web.discovery import render_machine_files
 from .web.documents import HTML_TYPE, document_handler, render_documents
 from .web.headers import SecurityHeaders, content_security_policy, setup_headers
@@ -118,7 +126,9 @@ def _api(settings: Settings, security: SecurityHeaders) -> ApiBoundary:
         trusted_proxies=settings.trusted_proxies,
         security=security,
     )
-    setup_rate_headers(api, routes=routes)
+    # Per-account write limits are charged inside their handlers, after the
+    # session; their headers are reported by the same layer.
+    setup_rate_headers(api, names=set(routes) | ACCOUNT_LIMITED)
     setup_headers(api, security)
     setup_errors(api)
     setup_csrf(api, origin=settings.base_url)
@@ -126,6 +136,7 @@ def _api(settings: Settings, security: SecurityHeaders) -> ApiBoundary:
     setup_sessions(api, secure=settings.https)
     setup_auth_routes(api)
     setup_square_routes(api)
+    setup_studio_routes(api)
     return api
 
 
@@ -141,7 +152,10 @@ async def freeze_startup_objects(app: web.Application) -> None:
 
 
 def create_app(
-    settings: Settings, *, content: Content | None = None
+    settings: Settings,
+    *,
+    content: Content | None = None,
+    embedded_worker: bool = False,
 ) -> web.Application:
     """Render everything public once, then wire the API and its resources."""
     if not settings.redis_url:
@@ -152,6 +166,7 @@ def create_app(
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app[SETTINGS] = settings
     app[CONTENT] = content
+    app[EMBEDDED_WORKER] = embedded_worker
 
     env = aiohttp_jinja2.setup(
         app,
@@ -169,7 +184,9 @@ def create_app(
     handlers = {name: document_handler(doc) for name, doc in documents.items()}
     handlers |= {name: _static_handler(rep) for name, rep in files.items()}
 
+    app[SECURITY] = security
     setup_public_routes(app, handlers)
+    setup_media_routes(app)
     _api(settings, security).install(app)
     app.router.add_route(
         "*",
@@ -177,5 +194,8 @@ def create_app(
         fallback_handler(_error_pages(env, context, security), security),
         name=FALLBACK,
     )
-    app.cleanup_ctx.extend([redis_ctx, limiter_ctx, mailer_ctx])
+    app.cleanup_ctx.extend(
+        [redis_ctx, limiter_ctx, mailer_ctx, studio_ctx, embedded_worker_ctx]
+    )
+    app.on_shutdown.append(end_event_streams)
     return app

@@ -34,7 +34,17 @@ class Model:
     max_resolution: str
     note_zh: str
     note_en: str
+    sizes: tuple[str, ...]
+    max_count: int
+    accepts_reference: bool
+    upstream: str
+    upstream_model: str
     seconds: int | None = None
+    retires_at: dt.date | None = None
+
+    def retired(self, today: dt.date) -> bool:
+        """Tell whether the vendor has retired this model by that day."""
+        return self.retires_at is not None and today >= self.retires_at
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +89,8 @@ def load_content(directory: Path = CONTENT_DIR) -> Content:
     return Content(
         site=site,
         documents=documents,
-        models=tuple(Model(**model) for model in models),
+        models=tuple(
+            Model(**{**model, "sizes": tuple(model["sizes"])}) for model in models
+        ),
         packs=packs,
     )

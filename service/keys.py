@@ -17,6 +17,13 @@ if TYPE_CHECKING:  # the stores import this module; their types are named in quo
     from .auth.mailer import Mailer  # noqa: F401
     from .auth.sessions import Session, SessionStore  # noqa: F401
     from .square.feed import SquareStore  # noqa: F401
+    from .studio.events import EventHub  # noqa: F401
+    from .studio.generations import GenerationStore  # noqa: F401
+    from .studio.ledger import Ledger  # noqa: F401
+    from .studio.media.store import MediaStore  # noqa: F401
+    from .studio.queue import JobQueue  # noqa: F401
+    from .studio.upstreams.registry import Upstreams  # noqa: F401
+    from .web.headers import SecurityHeaders  # noqa: F401
 
 SETTINGS: Final = web.AppKey("settings", Settings)
 CONTENT: Final = web.AppKey("content", Content)
@@ -27,6 +34,13 @@ ACCOUNTS: Final = web.AppKey["AccountStore"]("accounts")
 SESSIONS: Final = web.AppKey["SessionStore"]("sessions")
 LIMITER: Final = web.AppKey("limiter", Limiter)
 SQUARE: Final = web.AppKey["SquareStore"]("square")
+SECURITY: Final = web.AppKey["SecurityHeaders"]("security")
+LEDGER: Final = web.AppKey["Ledger"]("ledger")
+GENERATIONS: Final = web.AppKey["GenerationStore"]("generations")
+JOBS: Final = web.AppKey["JobQueue"]("jobs")
+MEDIA: Final = web.AppKey["MediaStore"]("media")
+EVENTS: Final = web.AppKey["EventHub"]("events")
+UPSTREAMS: Final = web.AppKey["Upstreams"]("upstreams")
 
 SESSION: Final = web.RequestKey["Session"]("session")
 CLIENT: Final = web.RequestKey("client", str)

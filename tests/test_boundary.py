@@ -97,4 +97,11 @@ def test_the_app_has_no_aiohttp_middleware_signal_or_sub_app(
         "/api/me",
         "/api/square",
         "/api/square/{work_id}",
+        "/api/models",
+        "/api/credits",
+        "/api/generations",
+        "/api/generations/{gid}",
+        "/api/generations/{gid}/cancel",
+        "/api/uploads",
+        "/api/events",
     }

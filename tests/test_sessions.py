@@ -23,7 +23,14 @@ from service.auth.sessions import (
 from .conftest import Client, SettingsFactory
 
 # The anonymous /api routes (sign-in and the square); everything else needs a session.
-ANONYMOUS = {"auth_code", "auth_verify", "auth_logout", "square_list", "square_item"}
+ANONYMOUS = {
+    "auth_code",
+    "auth_verify",
+    "auth_logout",
+    "square_list",
+    "square_item",
+    "models",
+}
 
 
 def _api_routes(app: web.Application) -> list[web.AbstractRoute]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -177,11 +177,11 @@ def setup_remembered_denials(
     api.add_layer(layer)
 
 
-def setup_rate_headers(api: ApiBoundary, *, routes: Mapping[str, RouteLimit]) -> None:
+def setup_rate_headers(api: ApiBoundary, *, names: Set[str]) -> None:
     """Report every policy a limited route evaluated, on whatever answer it gives."""
 
     def layer(route: web.RouteDef, handler: Handler) -> Handler:
-        if route_name(route) not in routes:
+        if route_name(route) not in names:
             return handler
 
         async def reported(request: web.Request) -> web.StreamResponse:

@@ -15,6 +15,9 @@ from ..auth.sessions import SessionStore
 from ..keys import (
     ACCOUNTS,
     CODES,
+    GENERATIONS,
+    JOBS,
+    LEDGER,
     LIMITER,
     REDIS,
     SESSIONS,
@@ -23,6 +26,9 @@ from ..keys import (
 )
 from ..limits.limiter import Limiter
 from ..square.feed import SquareStore
+from ..studio.generations import GenerationStore
+from ..studio.ledger import Ledger
+from ..studio.queue import JobQueue
 
 
 async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -41,7 +47,15 @@ async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
     )
     app[REDIS] = client
     app[CODES] = CodeStore(client, settings.secret_key)
-    app[ACCOUNTS] = AccountStore(client, settings.trial_credits)
+    ledger = Ledger(
+        client,
+        trial_credits=settings.trial_credits,
+        expire_months=settings.workbench.expire_months,
+    )
+    app[LEDGER] = ledger
+    app[ACCOUNTS] = AccountStore(client, ledger)
+    app[GENERATIONS] = GenerationStore(client)
+    app[JOBS] = JobQueue(client)
     app[SESSIONS] = SessionStore(client)
     app[SQUARE] = SquareStore(client)
     yield

@@ -1,0 +1,55 @@
+"""The workbench's resources for the life of an app process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Final
+
+from aiohttp import web
+
+from ..keys import CONTENT, EVENTS, MEDIA, REDIS, SETTINGS, UPSTREAMS
+from .events import EventHub
+from .media.store import DirectoryStore
+from .upstreams.registry import Upstreams
+from .worker import Worker
+
+# `make run` runs one worker inside the dev process.
+EMBEDDED_WORKER: Final = web.AppKey("embedded_worker", bool)
+
+
+async def studio_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Open the media store, the upstreams and the event hub; close them at exit."""
+    settings = app[SETTINGS].workbench
+    app[MEDIA] = DirectoryStore(settings.media_dir, settings.media_public_url)
+    upstreams = app[UPSTREAMS] = Upstreams(settings)
+    hub = app[EVENTS] = EventHub(app[REDIS])
+    yield
+    await hub.aclose()
+    await upstreams.aclose()
+
+
+async def end_event_streams(app: web.Application) -> None:
+    """End every open event stream, so shutdown does not wait on them."""
+    await app[EVENTS].aclose()
+
+
+async def embedded_worker_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Run one worker in this process (make run); stop it with the app."""
+    if not app.get(EMBEDDED_WORKER, False):
+        yield
+        return
+    worker = Worker(
+        redis=app[REDIS],
+        content=app[CONTENT],
+        settings=app[SETTINGS].workbench,
+        media=app[MEDIA],
+        upstream_for=app[UPSTREAMS],
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(worker.run(stop), name="embedded-worker")
+    yield
+    stop.set()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

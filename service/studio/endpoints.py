@@ -1,0 +1,463 @@
+"""The workbench's /api endpoints: models, credits, generations, uploads, events."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import hashlib
+import json
+import logging
+import re
+import secrets
+import time
+from collections.abc import Mapping
+from typing import Any, Final
+
+from aiohttp import hdrs, web
+from aiohttp_sse import sse_response
+from multidict import MultiMapping
+
+from ..api.boundary import ApiBoundary
+from ..api.errors import ApiError
+from ..api.payloads import json_response, read_json
+from ..auth.sessions import anonymous
+from ..content import Model
+from ..keys import (
+    CONTENT,
+    EVENTS,
+    GENERATIONS,
+    JOBS,
+    LEDGER,
+    MEDIA,
+    SECURITY,
+    SESSION,
+    SETTINGS,
+    UPSTREAMS,
+)
+from ..limits.http import enforce
+from .events import CLOSE
+from .generations import (
+    MAX_NEGATIVE_PROMPT,
+    MAX_PROMPT,
+    MAX_SEED,
+    SubmitRefused,
+    view,
+)
+from .ledger import account_key
+from .media.images import InvalidImage, inspect_image
+from .media.store import new_key
+
+_LOGGER: Final = logging.getLogger(__name__)
+DEFAULT_LIMIT: Final = 20
+MAX_LIMIT: Final = 50
+MAX_UPLOAD_BYTES: Final = 10 * 1024 * 1024
+# Multipart framing around the file: boundaries and part headers.
+_MULTIPART_SLACK: Final = 64 * 1024
+_IDEMPOTENCY_KEY: Final = re.compile(r"^[\x21-\x7e]{1,255}$")
+HEARTBEAT_SECONDS: Final = 15.0
+# Routes whose handlers charge a per-account write limit (headers on every answer).
+ACCOUNT_LIMITED: Final = frozenset({"uploads"})
+_SUBMIT_FIELDS: Final = frozenset(
+    {"negative_prompt", "size", "count", "seed", "reference"}
+)
+
+
+def bad_field(name: str) -> ApiError:
+    """Name the field a request got wrong."""
+    return ApiError(400, "BAD_REQUEST", field=name)
+
+
+def list_params(query: MultiMapping[str], allowed: frozenset[str]) -> tuple[int, str]:
+    """Read `limit` (1-50, 20) and `cursor` strictly; refuse any other parameter."""
+    for name in query:
+        if name not in allowed | {"limit", "cursor"}:
+            raise bad_field(name)
+    if len(query) != len(set(query)):
+        raise bad_field(next(n for n in query if len(query.getall(n)) > 1))
+    raw = query.get("limit")
+    limit = DEFAULT_LIMIT
+    if raw is not None:
+        if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_LIMIT:
+            raise bad_field("limit")
+        limit = int(raw)
+    return limit, query.get("cursor", "")
+
+
+def read_cursor(cursor: str, prefix: str) -> int | None:
+    """Read a cursor given earlier (`<prefix><n>`), or refuse it."""
+    if not cursor:
+        return None
+    number = cursor.removeprefix(prefix)
+    if number == cursor or not (number.isascii() and number.isdigit()):
+        raise bad_field("cursor")
+    if len(number) > 18 or int(number) < 1:
+        raise bad_field("cursor")
+    return int(number)
+
+
+def _account(request: web.Request) -> str:
+    return request[SESSION].account_id
+
+
+@anonymous
+async def list_models(request: web.Request) -> web.StreamResponse:
+    """List the catalog with what each model costs and whether it runs now."""
+    app = request.config_dict
+    upstreams = app[UPSTREAMS]
+    today = dt.datetime.now(dt.UTC).date()
+    models = []
+    for model in app[CONTENT].models:
+        item: dict[str, Any] = {
+            "id": model.id,
+            "name": model.name,
+            "vendor": model.vendor,
+            "kind": model.kind,
+            "credits": model.credits,
+        }
+        if model.kind == "video":
+            item["seconds"] = model.seconds
+        item |= {
+            "sizes": list(model.sizes),
+            "max_count": model.max_count,
+            "accepts_reference": model.accepts_reference,
+            "available": upstreams.available(model) and not model.retired(today),
+            "retires_at": model.retires_at.isoformat() if model.retires_at else None,
+        }
+        models.append(item)
+    demo = app[SETTINGS].workbench.demo_upstream
+    return json_response({"demo": demo, "models": models})
+
+
+async def credits(request: web.Request) -> web.StreamResponse:
+    """Show the balance, the lots with credits left and a page of the ledger."""
+    limit, cursor = list_params(request.query, frozenset())
+    before = read_cursor(cursor, "e")
+    page = await request.config_dict[LEDGER].page(
+        _account(request), before=before, limit=limit
+    )
+    return json_response(
+        {
+            "balance": page.balance,
+            "credits_owed": page.owed,
+            "lots": page.lots,
+            "entries": page.entries,
+            "next_cursor": f"e{page.next_before}" if page.next_before else None,
+        }
+    )
+
+
+def _body_hash(body: Mapping[str, Any]) -> str:
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _integer(body: Mapping[str, Any], name: str, default: int) -> int:
+    value = body.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise bad_field(name)
+    return value
+
+
+async def _fields(
+    request: web.Request, body: Mapping[str, Any]
+) -> tuple[Model, dict[str, str | int]]:
+    """Check every field against the catalog; return the model and what to store."""
+    app = request.config_dict
+    models = {model.id: model for model in app[CONTENT].models}
+    model = models.get(body["model"]) if isinstance(body["model"], str) else None
+    if model is None:
+        raise bad_field("model")
+    prompt = body["prompt"].strip() if isinstance(body["prompt"], str) else ""
+    if not 1 <= len(prompt) <= MAX_PROMPT:
+        raise bad_field("prompt")
+    negative = body.get("negative_prompt", "")
+    if not isinstance(negative, str) or len(negative.strip()) > MAX_NEGATIVE_PROMPT:
+        raise bad_field("negative_prompt")
+    size = body.get("size", model.sizes[0])
+    if size not in model.sizes:
+        raise bad_field("size")
+    count = _integer(body, "count", 1)
+    if not 1 <= count <= model.max_count or (model.kind == "video" and count != 1):
+        raise bad_field("count")
+    seed = _integer(body, "seed", secrets.randbelow(MAX_SEED + 1))
+    if not 0 <= seed <= MAX_SEED:
+        raise bad_field("seed")
+    stored: dict[str, str | int] = {
+        "model": model.id,
+        "kind": model.kind,
+        "prompt": prompt,
+        "negative_prompt": negative.strip(),
+        "size": size,
+        "count": count,
+        "seed": seed,
+    }
+    if "reference" in body:
+        reference = body["reference"]
+        if not (model.accepts_reference and isinstance(reference, str)):
+            raise bad_field("reference")
+        key = f"{account_key(_account(request))}:upload:{reference}"
+        if not reference.isalnum() or not await app[GENERATIONS].upload_exists(key):
+            raise bad_field("reference")
+        stored["reference"] = reference
+    today = dt.datetime.now(dt.UTC).date()
+    if not app[UPSTREAMS].available(model) or model.retired(today):
+        raise ApiError(400, "MODEL_UNAVAILABLE")
+    return model, stored
+
+
+async def submit(request: web.Request) -> web.StreamResponse:
+    """Charge and queue a generation in one step; replay a repeated key."""
+    app = request.config_dict
+    settings = app[SETTINGS].workbench
+    body = await read_json(
+        request, required={"model", "prompt"}, optional=_SUBMIT_FIELDS
+    )
+    account = _account(request)
+    store = app[GENERATIONS]
+    idempotency = request.headers.get("Idempotency-Key", "")
+    body_hash = _body_hash(body)
+    if "Idempotency-Key" in request.headers:
+        if not _IDEMPOTENCY_KEY.fullmatch(idempotency):
+            raise bad_field("Idempotency-Key")
+        if (seen := await store.remembered(account, idempotency)) is not None:
+            return await _replay(request, account, seen, body_hash)
+    model, fields = await _fields(request, body)
+    gid = secrets.token_hex(10)
+    deadline = time.time() + (
+        settings.video_deadline if model.kind == "video" else settings.image_deadline
+    )
+    jobs = app[JOBS]
+    await jobs.reserve(gid, account, deadline)
+    try:
+        submitted = await store.submit(
+            account,
+            gid,
+            price=model.credits * int(fields["count"]),
+            cap=settings.jobs_per_user,
+            idempotency=idempotency,
+            body_hash=body_hash,
+            fields=fields,
+        )
+    except SubmitRefused as err:
+        await jobs.drop(gid)
+        raise _refusal(err) from None
+    # Should this process die here, the janitor commits the reservation: the
+    # generation exists, so its job runs.
+    if submitted.replayed:
+        await jobs.drop(gid)
+        return _generation(submitted.fields, status=200, replayed=True)
+    await jobs.commit(gid)
+    return _generation(submitted.fields, status=202)
+
+
+async def _replay(
+    request: web.Request, account: str, seen: tuple[str, str], body_hash: str
+) -> web.StreamResponse:
+    stored_hash, gid = seen
+    if stored_hash != body_hash:
+        raise ApiError(422, "IDEMPOTENCY_KEY_REUSED")
+    fields = await request.config_dict[GENERATIONS].get(account, gid)
+    if fields is None:
+        raise ApiError(409, "IDEMPOTENCY_KEY_IN_USE")
+    return _generation(fields, status=200, replayed=True)
+
+
+def _refusal(err: SubmitRefused) -> ApiError:
+    if err.code == "INSUFFICIENT_CREDITS":
+        return ApiError(402, err.code, balance=err.balance)
+    if err.code == "TOO_MANY_JOBS":
+        return ApiError(429, err.code)
+    if err.code == "PAYMENT_HOLD":
+        return ApiError(402, err.code)
+    if err.code == "IDEMPOTENCY_KEY_REUSED":
+        return ApiError(422, err.code)
+    return ApiError(401, "NO_SESSION")  # the account is gone (deleted meanwhile)
+
+
+def _generation(
+    fields: Mapping[str, str], *, status: int = 200, replayed: bool = False
+) -> web.Response:
+    response = json_response(view(fields), status=status)
+    if replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return response
+
+
+async def list_generations(request: web.Request) -> web.StreamResponse:
+    """List my generations, newest first."""
+    limit, cursor = list_params(request.query, frozenset())
+    before = read_cursor(cursor, "g")
+    items, last = await request.config_dict[GENERATIONS].page(
+        _account(request), before=before, limit=limit
+    )
+    return json_response(
+        {
+            "items": [view(item) for item in items],
+            "next_cursor": f"g{last}" if last else None,
+        }
+    )
+
+
+def _gid(request: web.Request) -> str:
+    gid = request.match_info["gid"]
+    if not (gid.isascii() and gid.isalnum() and len(gid) <= 64):
+        raise ApiError(404, "NOT_FOUND")
+    return gid
+
+
+async def get_generation(request: web.Request) -> web.StreamResponse:
+    """Show one of my generations; someone else's is as absent as a missing one."""
+    fields = await request.config_dict[GENERATIONS].get(
+        _account(request), _gid(request)
+    )
+    if fields is None:
+        raise ApiError(404, "NOT_FOUND")
+    return _generation(fields)
+
+
+async def cancel(request: web.Request) -> web.StreamResponse:
+    """Cancel a queued or running generation, refunded in the same step."""
+    app = request.config_dict
+    gid = _gid(request)
+    outcome, fields = await app[GENERATIONS].settle(_account(request), gid, "cancel")
+    if outcome == "NOT_FOUND":
+        raise ApiError(404, "NOT_FOUND")
+    if outcome == "NOT_CANCELABLE":
+        raise ApiError(409, "NOT_CANCELABLE")
+    await app[JOBS].cancel(gid)
+    return _generation(fields)
+
+
+async def upload(request: web.Request) -> web.StreamResponse:
+    """Accept a reference image only once Pillow has decoded all of it."""
+    app = request.config_dict
+    if request.content_type != "multipart/form-data":
+        raise ApiError(415, "UNSUPPORTED_MEDIA_TYPE")
+    if (request.content_length or 0) > MAX_UPLOAD_BYTES + _MULTIPART_SLACK:
+        raise ApiError(413, "TOO_LARGE")
+    account = _account(request)
+    await enforce(
+        request, f"acct:{account}", [app[SETTINGS].limits["upload"]], fail_open=False
+    )
+    data = await _read_file_part(request)
+    loop = asyncio.get_running_loop()
+    try:
+        info = await loop.run_in_executor(None, inspect_image, data)
+    except InvalidImage:
+        raise ApiError(400, "INVALID_IMAGE") from None
+    media = app[MEDIA]
+    key = new_key(info.extension)
+    await media.put(key, data)
+    upload_id = secrets.token_hex(10)
+    try:
+        await app[GENERATIONS].record_upload(
+            account,
+            upload_id,
+            {
+                "key": key,
+                "content_type": info.content_type,
+                "width": info.width,
+                "height": info.height,
+            },
+        )
+    except BaseException:
+        await media.delete(key)  # nothing of a refused upload is kept
+        raise
+    return json_response(
+        {
+            "id": upload_id,
+            "media_url": media.url(key),
+            "width": info.width,
+            "height": info.height,
+        },
+        status=201,
+    )
+
+
+async def _read_file_part(request: web.Request) -> bytes:
+    """Read exactly one part named `file`, at most 10 MiB, in chunks."""
+    try:
+        reader = await request.multipart()
+        part = await reader.next()
+        if part is None or getattr(part, "name", None) != "file":
+            raise ApiError(400, "BAD_REQUEST", field="file")
+        chunks, size = [], 0
+        while chunk := await part.read_chunk(65536):  # type: ignore[union-attr]
+            size += len(chunk)
+            if size > MAX_UPLOAD_BYTES:
+                raise ApiError(413, "TOO_LARGE")
+            chunks.append(chunk)
+        if await reader.next() is not None:
+            raise ApiError(400, "BAD_REQUEST", field="file")
+    except (ValueError, AssertionError, RuntimeError) as err:
+        raise ApiError(400, "BAD_REQUEST") from err
+    return b"".join(chunks)
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    """Stream my balance and generations as they change (Server-Sent Events)."""
+    app = request.config_dict
+    session = request[SESSION]
+    account = session.account_id
+    hub = app[EVENTS]
+    queue = await hub.open(account)
+    try:
+        page = await app[LEDGER].page(account, before=None, limit=1)
+        active = await app[GENERATIONS].active(account)
+        headers = {**app[SECURITY].common, hdrs.CACHE_CONTROL: "no-store"}
+        async with sse_response(
+            request, headers=headers, ping_interval=HEARTBEAT_SECONDS
+        ) as stream:
+            counter = 0
+
+            async def send(event: str, data: Any) -> None:
+                nonlocal counter
+                counter += 1
+                await stream.send(json.dumps(data), id=str(counter), event=event)
+
+            await send("credits", {"balance": page.balance})
+            for fields in sorted(active, key=lambda f: int(f.get("n", "0"))):
+                await send("generation", view(fields))
+            closed = asyncio.ensure_future(stream.wait())
+            try:
+                while True:
+                    getter = asyncio.ensure_future(queue.get())
+                    done, _ = await asyncio.wait(
+                        {getter, closed}, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    if getter not in done:
+                        getter.cancel()
+                        break
+                    event = getter.result()
+                    if event is CLOSE or event.get("event") == "_close":
+                        break
+                    if event.get("event") == "_logout":
+                        if event.get("session") in (None, session.key):
+                            break
+                        continue
+                    name, data = event["event"], event["data"]
+                    await send(name, view(data) if name == "generation" else data)
+            finally:
+                closed.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await closed
+    finally:
+        hub.close_stream(account, queue)
+    return stream
+
+
+def setup_studio_routes(api: ApiBoundary) -> None:
+    """Register the workbench endpoints behind the /api boundary."""
+    api.add_routes(
+        [
+            web.get("/models", list_models, name="models"),
+            web.get("/credits", credits, name="credits"),
+            web.post("/generations", submit, name="generations_submit"),
+            web.get("/generations", list_generations, name="generations_list"),
+            web.get("/generations/{gid}", get_generation, name="generation"),
+            web.post("/generations/{gid}/cancel", cancel, name="generation_cancel"),
+            web.post("/uploads", upload, name="uploads"),
+            web.get("/events", events, name="events"),
+        ]
+    )

@@ -1,0 +1,36 @@
+-- Check, charge and record one generation, all or nothing.
+-- ARGV: gid, idempotency key ('' for none), body hash, price, per-user cap,
+--       now epoch, now_iso, then the generation's initial fields as field, value...
+local gid, idem, body_hash = ARGV[1], ARGV[2], ARGV[3]
+local price, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
+local now_epoch, now_iso = tonumber(ARGV[6]), ARGV[7]
+local idem_key = P .. ':idem:' .. idem
+if idem ~= '' then
+  local seen = redis.call('GET', idem_key)
+  if seen then
+    local record = cjson.decode(seen)
+    if record.h ~= body_hash then return {'IDEMPOTENCY_KEY_REUSED'} end
+    return {'REPLAY', redis.call('HGETALL', gen_key(record.g))}
+  end
+end
+if redis.call('EXISTS', P) == 0 then return {'NO_ACCOUNT'} end
+if tonumber(redis.call('HGET', P, 'owed') or '0') > 0 then return {'PAYMENT_HOLD'} end
+if redis.call('SCARD', ACTIVE) >= cap then return {'TOO_MANY_JOBS'} end
+sweep(now_epoch, now_iso)
+local have = balance()
+if have < price then return {'INSUFFICIENT_CREDITS', have} end
+local taken = take(price)
+local key = gen_key(gid)
+redis.call('HSET', key, 'id', gid, 'status', 'queued', 'progress', '0',
+           'credits', price, 'refunded', '0', 'created_at', now_iso,
+           'lots', cjson.encode(taken), 'works', '[]', 'idem', idem)
+for i = 8, #ARGV, 2 do redis.call('HSET', key, ARGV[i], ARGV[i + 1]) end
+redis.call('HSET', key, 'n', redis.call('HINCRBY', P, 'gseq', 1))
+redis.call('ZADD', GENS, redis.call('HGET', key, 'n'), gid)
+redis.call('SADD', ACTIVE, gid)
+if idem ~= '' then
+  redis.call('SET', idem_key, cjson.encode({h = body_hash, g = gid}), 'EX', 86400)
+end
+entry('debit', -price, now_iso, gid, nil, nil)
+publish('credits', {balance = balance()})
+return {'OK', gen_event(gid)}

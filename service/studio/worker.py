@@ -1,0 +1,379 @@
+"""Worker processes: take jobs off the queue, run them upstream, settle them once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from ..content import Content, Model
+from ..settings import WorkbenchSettings
+from .generations import GenerationStore
+from .ledger import iso, now
+from .media.demo_art import thumbnail_webp, video_info, video_poster
+from .media.store import MediaStore, new_key
+from .queue import CANCEL_CHANNEL, JobQueue
+from .upstreams.base import Output, Request, Upstream, UpstreamError
+
+_LOGGER: Final = logging.getLogger(__name__)
+# Reservations older than this without a commit are settled by the janitor.
+RESERVATION_GRACE_SECONDS: Final = 5.0
+JANITOR_SECONDS: Final = 1.0
+# How long SIGTERM waits for running jobs before handing them back.
+SHUTDOWN_GRACE_SECONDS: Final = 10.0
+PROGRESS_STEP: Final = 0.02
+
+
+class JobGone(Exception):
+    """The generation was canceled or settled elsewhere: stop working on it."""
+
+
+@dataclass
+class _Running:
+    gid: str
+    entry: str
+    task: asyncio.Task[None]
+    canceled: bool = False
+
+
+@dataclass
+class Worker:
+    """Run up to `concurrency` jobs at once; renew their leases; tidy the queue."""
+
+    redis: Redis
+    content: Content
+    settings: WorkbenchSettings
+    media: MediaStore
+    upstream_for: Callable[[Model], Upstream]
+    consumer: str = field(
+        default_factory=lambda: (
+            f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        )
+    )
+
+    def __post_init__(self) -> None:
+        self.queue = JobQueue(self.redis)
+        self.generations = GenerationStore(self.redis)
+        self._running: dict[str, _Running] = {}
+        self._models = {model.id: model for model in self.content.models}
+        self._slots = asyncio.Semaphore(self.settings.worker_concurrency)
+        self._last_renewal = 0.0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Work until `stop` is set, then finish or hand back what is running."""
+        await self.queue.ensure_group()
+        helpers = [
+            asyncio.create_task(self._janitor(stop), name="janitor"),
+            asyncio.create_task(self._cancellations(stop), name="cancellations"),
+        ]
+        try:
+            await self._consume(stop)
+        finally:
+            await self._shut_down()
+            for helper in helpers:
+                helper.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+
+    async def _consume(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            free = self.settings.worker_concurrency - len(self._running)
+            if free <= 0:
+                await self._wait_for_a_slot(stop)
+                continue
+            try:
+                jobs = await self.queue.read(self.consumer, free, block_ms=500)
+            except (RedisError, OSError) as err:
+                _LOGGER.warning("queue read failed: %s", type(err).__name__)
+                await _sleep_or_stop(stop, 1.0)
+                continue
+            for entry, gid in jobs:
+                self._start(entry, gid)
+
+    async def _wait_for_a_slot(self, stop: asyncio.Event) -> None:
+        tasks = {running.task for running in self._running.values()}
+        stopper = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({*tasks, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        stopper.cancel()
+
+    def _start(self, entry: str, gid: str) -> None:
+        if entry in self._running:
+            return
+        task = asyncio.create_task(self._run_job(entry, gid), name=f"job-{gid}")
+        self._running[entry] = _Running(gid, entry, task)
+        task.add_done_callback(lambda _: self._running.pop(entry, None))
+
+    async def _shut_down(self) -> None:
+        """Give running jobs a grace period, then hand the rest back at once."""
+        if not self._running:
+            return
+        tasks = [running.task for running in self._running.values()]
+        _, pending = await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_SECONDS)
+        left = [r.entry for r in self._running.values() if r.task in pending]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        if left:
+            idle_ms = self.settings.visibility_timeout * 1000
+            with contextlib.suppress(RedisError, OSError):
+                await self.queue.hand_back(self.consumer, left, idle_ms)
+            _LOGGER.info("handed back %d running jobs", len(left))
+
+    async def _run_job(self, entry: str, gid: str) -> None:
+        """Run one delivery of a job; every outcome is a settled transition."""
+        try:
+            await self._attempt(entry, gid)
+        except asyncio.CancelledError:
+            running = self._running.get(entry)
+            if running is None or not running.canceled:
+                raise  # shutting down: the job goes back, unsettled
+            await self.queue.finish(gid, entry)  # canceled by its owner
+        except (RedisError, OSError) as err:
+            # The job stays unacknowledged; its lease lapses and it runs again.
+            _LOGGER.warning("job %s interrupted: %s", gid, type(err).__name__)
+
+    async def _attempt(self, entry: str, gid: str) -> None:
+        job = await self.queue.job(gid)
+        if not job or "account" not in job:
+            await self.queue.finish(gid, entry)
+            return
+        account = job["account"]
+        await self.queue.attempt(gid)
+        outcome, fields = await self.generations.settle(account, gid, "start")
+        if outcome in ("FINISHED", "NOT_FOUND"):
+            await self.queue.finish(gid, entry)
+            return
+        remaining = float(job["deadline"]) - time.time()
+        try:
+            async with asyncio.timeout(max(0.0, remaining)):
+                works, keys = await self._produce(account, gid, fields)
+        except TimeoutError:
+            await self._fail(account, gid, entry, "TIMED_OUT")
+            return
+        except UpstreamError as err:
+            await self._fail(account, gid, entry, err.code)
+            return
+        except JobGone:
+            await self.queue.finish(gid, entry)
+            return
+        except (RedisError, OSError):
+            raise
+        except Exception:
+            _LOGGER.exception("job %s failed unexpectedly", gid)
+            await self._fail(account, gid, entry, "UPSTREAM_FAILED")
+            return
+        outcome, _ = await self.generations.settle(
+            account, gid, "succeed", *_succeed_args(works)
+        )
+        if outcome != "OK":  # canceled or timed out meanwhile: discard the result
+            for key in keys:
+                await self.media.delete(key)
+        await self.queue.finish(gid, entry)
+
+    async def _fail(self, account: str, gid: str, entry: str, code: str) -> None:
+        await self.generations.settle(account, gid, "fail", code)
+        await self.queue.finish(gid, entry)
+
+    async def _produce(
+        self, account: str, gid: str, fields: dict[str, str]
+    ) -> tuple[list[dict[str, Any]], list[str]]:
+        """Ask the upstream (retrying transient faults), then store the media."""
+        model = self._models.get(fields["model"])
+        if model is None:
+            raise UpstreamError("UPSTREAM_FAILED", transient=False)
+        width, height = _size(fields["size"])
+        request = Request(
+            model=model.id,
+            upstream_model=model.upstream_model,
+            kind=model.kind,
+            prompt=fields["prompt"],
+            negative_prompt=fields.get("negative_prompt", ""),
+            width=width,
+            height=height,
+            count=int(fields["count"]),
+            seed=int(fields["seed"]),
+            seconds=float(model.seconds) if model.seconds else None,
+            reference=None,  # the demo draws from the prompt; issue 18 reads uploads
+        )
+        shown = float(fields.get("progress", "0"))
+
+        async def progress(fraction: float) -> None:
+            nonlocal shown
+            if fraction < shown + PROGRESS_STEP:
+                return
+            shown = fraction
+            outcome, _ = await self.generations.settle(
+                account, gid, "progress", f"{min(fraction, 0.99):.3f}"
+            )
+            if outcome == "FINISHED":
+                raise JobGone(gid)
+
+        upstream = self.upstream_for(model)
+        delay = 1.0
+        while True:
+            try:
+                outputs = await upstream.generate(request, progress)
+                break
+            except UpstreamError as err:
+                if not err.transient:
+                    raise
+                wait = err.retry_after or delay
+                _LOGGER.info("job %s: upstream busy, retrying in %.1fs", gid, wait)
+                await asyncio.sleep(wait)  # the job's deadline bounds the retries
+                delay = min(delay * 2, 30.0)
+        return await self._publishable(gid, fields, outputs)
+
+    async def _publishable(
+        self, gid: str, fields: dict[str, str], outputs: list[Output]
+    ) -> tuple[list[dict[str, Any]], list[str]]:
+        """Store each output with its thumbnail; describe it as a work."""
+        loop = asyncio.get_running_loop()
+        works, keys = [], []
+        created = iso(now())
+        for output in outputs:
+            duration: float | None = None
+            if output.extension == "mp4":
+                width, height, duration = await loop.run_in_executor(
+                    None, video_info, output.data
+                )
+                thumb, _, _ = await loop.run_in_executor(
+                    None, video_poster, output.data
+                )
+            else:
+                thumb, _, _ = await loop.run_in_executor(None, _thumbnail, output.data)
+                width, height = _size(fields["size"])
+            key, thumb_key = new_key(output.extension), new_key("webp")
+            await self.media.put(key, output.data)
+            await self.media.put(thumb_key, thumb)
+            keys += [key, thumb_key]
+            work: dict[str, Any] = {
+                "id": secrets.token_hex(10),
+                "generation_id": gid,
+                "kind": fields["kind"],
+                "model": fields["model"],
+                "prompt": fields["prompt"],
+                "media_url": self.media.url(key),
+                "thumb_url": self.media.url(thumb_key),
+                "width": width,
+                "height": height,
+            }
+            if duration is not None:
+                work["duration"] = round(duration, 2)
+            work |= {
+                "content_type": _CONTENT_TYPES[output.extension],
+                "created_at": created,
+                "published_at": None,
+                "favorites": 0,
+                "favorite": False,
+                "media_key": key,
+                "thumb_key": thumb_key,
+            }
+            works.append(work)
+        return works, keys
+
+    async def _janitor(self, stop: asyncio.Event) -> None:
+        """Renew leases, take over stale jobs, end late ones, settle reservations."""
+        while not stop.is_set():
+            try:
+                await self._tidy()
+            except (RedisError, OSError) as err:
+                _LOGGER.warning("janitor: %s", type(err).__name__)
+            await _sleep_or_stop(stop, JANITOR_SECONDS)
+
+    async def _tidy(self) -> None:
+        lease = self.settings.visibility_timeout
+        if time.monotonic() - self._last_renewal >= lease / 3:
+            await self.queue.renew(self.consumer, list(self._running))
+            self._last_renewal = time.monotonic()
+        free = self.settings.worker_concurrency - len(self._running)
+        if free > 0:
+            for entry, gid in await self.queue.reclaim(
+                self.consumer, lease * 1000, free
+            ):
+                _LOGGER.info("took over job %s from a silent worker", gid)
+                self._start(entry, gid)
+        for gid in await self.queue.due(time.time()):
+            job = await self.queue.job(gid)
+            if account := job.get("account"):
+                await self.generations.settle(account, gid, "fail", "TIMED_OUT")
+            self._stop_local(gid)
+            await self.queue.finish(gid)
+        for gid in await self.queue.stale_reservations(
+            time.time() - RESERVATION_GRACE_SECONDS
+        ):
+            job = await self.queue.job(gid)
+            account = job.get("account", "")
+            if account and await self.generations.get(account, gid):
+                await self.queue.commit(gid)
+            else:
+                await self.queue.drop(gid)
+
+    async def _cancellations(self, stop: asyncio.Event) -> None:
+        """Stop a running job the moment its owner cancels it."""
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        while not stop.is_set():
+            try:
+                await pubsub.subscribe(CANCEL_CHANNEL)
+                while not stop.is_set():
+                    message = await pubsub.get_message(timeout=1.0)
+                    if message and message["type"] == "message":
+                        self._stop_local(_text(message["data"]))
+            except (RedisError, OSError) as err:
+                _LOGGER.warning("cancel channel: %s", type(err).__name__)
+                await _sleep_or_stop(stop, 1.0)
+        with contextlib.suppress(RedisError, OSError):
+            await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    def _stop_local(self, gid: str) -> None:
+        for running in self._running.values():
+            if running.gid == gid and not running.task.done():
+                running.canceled = True
+                running.task.cancel()
+
+
+_CONTENT_TYPES: Final = {
+    "png": "image/png",
+    "jpg": "image/jpeg",
+    "webp": "image/webp",
+    "mp4": "video/mp4",
+}
+
+
+@functools.lru_cache(maxsize=16)
+def _thumbnail(data: bytes) -> tuple[bytes, int, int]:
+    """Thumbnail an image once: a seed and prompt give the same image every time."""
+    return thumbnail_webp(data)
+
+
+def _size(size: str) -> tuple[int, int]:
+    width, _, height = size.partition("x")
+    return int(width), int(height)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _succeed_args(works: list[dict[str, Any]]) -> list[str]:
+    """The works for the generation's record, then each work's own record."""
+    public = [{k: v for k, v in w.items() if not k.endswith("_key")} for w in works]
+    args = [json.dumps(public, ensure_ascii=False)]
+    for work in works:
+        args += [work["id"], json.dumps(work, ensure_ascii=False)]
+    return args
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
