@@ -15,8 +15,10 @@ COPY config ./config
 COPY content ./content
 COPY templates ./templates
 # Editable install keeps config/, content/ and templates/ next to the package.
+# /data/media is the media store's volume (compose mounts it in app and worker).
 RUN pip install -e . \
-    && useradd --system --uid 10001 --no-create-home studio
+    && useradd --system --uid 10001 --no-create-home studio \
+    && mkdir -p /data/media && chown studio /data/media
 
 USER studio
 EXPOSE 8080

@@ -38,7 +38,10 @@ def test_compose_file_is_valid_against_the_compose_spec() -> None:
 def test_compose_runs_app_valkey_with_aof_and_mailpit() -> None:
     """Three services; Redis persists with AOF; the app waits for it to be healthy."""
     services = _compose()["services"]
-    assert set(services) == {"app", "redis", "mailpit"}
+    assert set(services) == {"app", "worker", "redis", "mailpit"}
+    assert services["worker"]["command"] == ["python", "-m", "service", "worker"]
+    assert services["worker"]["environment"] == services["app"]["environment"]
+    assert services["worker"]["volumes"] == services["app"]["volumes"]
     assert "--appendonly" in services["redis"]["command"]
     assert (
         services["redis"]["command"][
@@ -64,6 +67,7 @@ def test_compose_environment_is_a_valid_production_configuration() -> None:
     assert settings.smtp.port == 1025
     assert settings.host == "0.0.0.0"
     assert len(settings.secret_key) >= 32
+    assert settings.workbench.demo_upstream
 
 
 def test_dockerfile_is_slim_non_root_and_checks_healthz() -> None:

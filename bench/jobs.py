@@ -1,0 +1,267 @@
+"""Generations: submit latency at 50 signed-in clients, and one worker's queue overhead.
+
+Measures what ships: `python -m service serve` and `python -m service worker`
+started as subprocesses with their default settings (plus the demo upstream at
+zero seconds, generous sign-in limits for the 50 bench accounts, and credits
+enough to submit), against a Redis with AOF on, as a deployment runs it.
+
+Baselines, started in the same run on the same machine:
+- submit: `bare-xadd`, an aiohttp handler that reads the JSON body and does one
+  XADD (the least any queueing submit must do), 50 clients alike;
+- worker: `bare-group`, a consumer-group loop that reads 8 at a time and acks
+  each entry (no work, no settlement): the queue mechanism's own ceiling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from redis.asyncio import Redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.harness import SECRET, pinned
+from service.store.embedded import MailCatcher, RedisServer, free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+CLIENTS = 50
+BODY = {"model": "seedream-4", "prompt": "a lamp on a desk", "seed": 1}
+
+
+def _environ(
+    redis_url: str, mail: MailCatcher, media: Path, port: int
+) -> dict[str, str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("STUDIO_")}
+    return environ | {
+        "STUDIO_REDIS_URL": redis_url,
+        "STUDIO_SECRET_KEY": SECRET,
+        "STUDIO_PORT": str(port),
+        "STUDIO_BASE_URL": f"http://127.0.0.1:{port}",
+        "STUDIO_SMTP_HOST": mail.host,
+        "STUDIO_SMTP_PORT": str(mail.port),
+        "STUDIO_DEMO_UPSTREAM": "1",
+        "STUDIO_DEMO_SECONDS": "0",
+        "STUDIO_MEDIA_DIR": str(media),
+        "STUDIO_TRIAL_CREDITS": "1000000",
+        "STUDIO_JOBS_PER_USER": "100000",
+        "STUDIO_LIMITS_CODE_IP_QUOTA": "100000",
+        "STUDIO_LIMITS_CODE_IP_BURST": "50000",
+        "STUDIO_LIMITS_VERIFY_IP_QUOTA": "100000",
+        "STUDIO_LIMITS_VERIFY_IP_BURST": "50000",
+    }
+
+
+def _start(
+    args: list[str], environ: dict[str, str], cpu: int
+) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        pinned(cpu, [sys.executable, *args]),
+        cwd=ROOT,
+        env=environ,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+async def _healthy(url: str) -> None:
+    async with aiohttp.ClientSession() as session:
+        for _ in range(200):
+            try:
+                async with session.get(f"{url}/healthz") as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)
+    raise RuntimeError(f"{url} did not start")
+
+
+async def _sign_in(url: str, mail: MailCatcher, index: int) -> aiohttp.ClientSession:
+    session = aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
+    email = f"bench{index}@example.com"
+    async with session.post(f"{url}/api/auth/code", json={"email": email}) as r:
+        assert r.status == 200, await r.text()
+    message = next(m for m in reversed(mail.messages) if m["To"] == email)
+    text = message.get_body(preferencelist=("plain",)).get_content()
+    code = next(w for w in text.split() if w.isdigit() and len(w) == 4)
+    code += text.split(code, 1)[1].split()[0]
+    async with session.post(
+        f"{url}/api/auth/verify", json={"email": email, "code": code}
+    ) as r:
+        assert r.status == 200, await r.text()
+    return session
+
+
+async def _submit_latencies(
+    url: str, sessions: list[aiohttp.ClientSession], per_client: int
+) -> list[float]:
+    latencies: list[float] = []
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        for _ in range(per_client):
+            started = time.perf_counter()
+            async with session.post(f"{url}/api/generations", json=BODY) as r:
+                await r.read()
+                assert r.status == 202, r.status
+            latencies.append(time.perf_counter() - started)
+
+    await asyncio.gather(*(client(s) for s in sessions))
+    return latencies
+
+
+def _percentiles(samples: list[float]) -> tuple[float, float]:
+    cuts = statistics.quantiles(samples, n=100)
+    return cuts[49] * 1000, cuts[98] * 1000
+
+
+async def _drain_rate(redis: Redis, key: str, total: int) -> float:
+    """Jobs per second from the first finished job to the last."""
+    first: float | None = None
+    while True:
+        left = (
+            int(await redis.zcard(key))
+            if key.endswith("deadlines")
+            else int(await redis.xlen(key))
+        )
+        now = time.perf_counter()
+        if first is None and left < total:
+            first, done_at_first = now, total - left
+        if left == 0:
+            assert first is not None
+            return (total - done_at_first) / max(now - first, 1e-6)
+        await asyncio.sleep(0.01)
+
+
+def serve_baseline(port: int, redis_url: str) -> None:
+    """The `bare-xadd` submit baseline: read the body, XADD it, answer 202."""
+    import uvloop
+
+    redis = Redis.from_url(redis_url)
+
+    async def submit(request: web.Request) -> web.Response:
+        body = await request.read()
+        entry = await redis.xadd("bench:bare:stream", {"b": body})
+        return web.json_response({"id": str(entry)}, status=202)
+
+    app = web.Application()
+    app.router.add_post("/api/generations", submit)
+
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    app.router.add_get("/healthz", healthz)
+    web.run_app(app, host="127.0.0.1", port=port, loop=uvloop.new_event_loop(),
+                access_log=None, print=None)  # fmt: skip
+
+
+def drain_baseline(redis_url: str) -> None:
+    """The `bare-group` worker baseline: read 8 at a time, ack each, no work."""
+    import uvloop
+
+    async def run() -> None:
+        redis = Redis.from_url(redis_url)
+        while True:
+            reply: Any = await redis.xreadgroup(
+                "g", "c", {"bench:bare:stream": ">"}, count=8, block=1000
+            )
+            if not reply:
+                continue
+            for _, entries in reply:
+                for entry, _ in entries:
+                    await redis.xack("bench:bare:stream", "g", entry)
+                    await redis.xdel("bench:bare:stream", entry)
+
+    uvloop.run(run())
+
+
+async def main(per_client: int) -> None:
+    with (
+        tempfile.TemporaryDirectory() as scratch,
+        RedisServer(data_dir=Path(scratch) / "redis") as redis_server,
+        MailCatcher() as mail,
+    ):
+        redis = Redis.from_url(redis_server.url)
+        ours_port, base_port = free_port(), free_port()
+        environ = _environ(redis_server.url, mail, Path(scratch) / "media", ours_port)
+        app = _start(["-m", "service", "serve"], environ, 0)
+        base = _start(
+            [__file__, "--serve-baseline", str(base_port), redis_server.url], environ, 0
+        )
+        ours_url, base_url = (
+            f"http://127.0.0.1:{ours_port}",
+            f"http://127.0.0.1:{base_port}",
+        )
+        try:
+            await _healthy(ours_url)
+            await _healthy(base_url)
+            sessions = [await _sign_in(ours_url, mail, i) for i in range(CLIENTS)]
+            # warm both, then measure ours and the baseline in turn, twice
+            await _submit_latencies(ours_url, sessions, 2)
+            await _submit_latencies(base_url, sessions, 2)
+            ours: list[float] = []
+            bare: list[float] = []
+            for _ in range(2):
+                ours += await _submit_latencies(ours_url, sessions, per_client)
+                bare += await _submit_latencies(base_url, sessions, per_client)
+            for session in sessions:
+                await session.close()
+        finally:
+            app.terminate()
+            base.terminate()
+            app.wait()
+            base.wait()
+        queued = int(await redis.zcard("studio:jobs:{q}:deadlines"))
+        bare_queued = int(await redis.xlen("bench:bare:stream"))
+        await redis.xgroup_create("bench:bare:stream", "g", id="0")
+
+        worker = _start(["-m", "service", "worker"], environ, 1)
+        try:
+            ours_rate = await _drain_rate(redis, "studio:jobs:{q}:deadlines", queued)
+        finally:
+            worker.terminate()
+            worker.wait()
+        drain = _start([__file__, "--drain-baseline", redis_server.url], environ, 1)
+        try:
+            bare_rate = await _drain_rate(redis, "bench:bare:stream", bare_queued)
+        finally:
+            drain.terminate()
+            drain.wait()
+        await redis.aclose()
+
+    ours_p50, ours_p99 = _percentiles(ours)
+    bare_p50, bare_p99 = _percentiles(bare)
+    print(f"submit at {CLIENTS} signed-in clients ({len(ours)} requests each side)")
+    print(f"  {'':24} {'p50 ms':>8} {'p99 ms':>8}")
+    print(f"  {'ours (serve)':24} {ours_p50:8.2f} {ours_p99:8.2f}   target p99 < 20 ms")
+    print(f"  {'bare-xadd':24} {bare_p50:8.2f} {bare_p99:8.2f}")
+    ratios = f"{ours_p50 / bare_p50:8.2f} {ours_p99 / bare_p99:8.2f}"
+    print(f"  ratio ours/bare         {ratios}")
+    print(f"queue drain, one process ({queued} jobs ours, {bare_queued} bare)")
+    print(f"  ours (worker, demo 0 s)  {ours_rate:8.0f} jobs/s   target >= 500")
+    print(f"  bare-group               {bare_rate:8.0f} jobs/s")
+    print(f"  ratio ours/bare          {ours_rate / bare_rate:8.3f}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--per-client", type=int, default=20)
+    parser.add_argument("--serve-baseline", nargs=2, metavar=("PORT", "REDIS"))
+    parser.add_argument("--drain-baseline", metavar="REDIS")
+    args = parser.parse_args()
+    if args.serve_baseline:
+        serve_baseline(int(args.serve_baseline[0]), args.serve_baseline[1])
+    elif args.drain_baseline:
+        drain_baseline(args.drain_baseline)
+    else:
+        asyncio.run(main(args.per_client))
