@@ -54,7 +54,7 @@ def _environ(
         "STUDIO_DEMO_SECONDS": "0",
         "STUDIO_MEDIA_DIR": str(media),
         "STUDIO_TRIAL_CREDITS": "1000000",
-        "STUDIO_JOBS_PER_USER": "100000",
+        "STUDIO_JOBS_PER_USER": "1000",
         "STUDIO_LIMITS_CODE_IP_QUOTA": "100000",
         "STUDIO_LIMITS_CODE_IP_BURST": "50000",
         "STUDIO_LIMITS_VERIFY_IP_QUOTA": "100000",
@@ -70,7 +70,7 @@ def _start(
         cwd=ROOT,
         env=environ,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=None if os.environ.get("BENCH_VERBOSE") else subprocess.DEVNULL,
     )
 
 
@@ -255,7 +255,7 @@ async def main(per_client: int) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--per-client", type=int, default=20)
+    parser.add_argument("--per-client", type=int, default=10)
     parser.add_argument("--serve-baseline", nargs=2, metavar=("PORT", "REDIS"))
     parser.add_argument("--drain-baseline", metavar="REDIS")
     args = parser.parse_args()

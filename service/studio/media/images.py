@@ -47,8 +47,8 @@ def inspect_image(data: bytes, *, max_side: int = 4096) -> ImageInfo:
     try:
         with warnings.catch_warnings():
             # Pillow warns, then raises, past its global pixel limit; both refuse.
-            # The filter is process-wide, so a thread may miss it: the side check
-            # below refuses such an image anyway, before anything is decoded.
+            # The filter is process-wide, so a thread may miss it; while max_side²
+            # is under that limit, the side check below refuses such images anyway.
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(data), formats=tuple(FORMATS)) as image:
                 kind = FORMATS.get(image.format or "")
