@@ -32,6 +32,7 @@ test: lint
 bench: $(VENV)/.dev
 	$(BIN)/python bench/documents.py
 	$(BIN)/python bench/square.py
+	$(BIN)/python bench/jobs.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
