@@ -43,7 +43,7 @@ async def test_debits_take_trial_and_bonus_first_soonest_expiry_first(
     await redis.zadd(f"{key}:lots", {"l2": bonus["expires"]})
     store = GenerationStore(redis)
     submitted = await store.submit(
-        "u1", "g1", price=7, cap=4, idempotency="", body_hash="h",
+        "u1", "g1", price=7, cap=4, idempotency="", body_hash="h", deadline=0,
         fields={"model": "m", "kind": "image", "prompt": "p", "size": "1x1",
                 "count": 1, "seed": 1},
     )  # fmt: skip
@@ -103,7 +103,7 @@ async def test_any_sequence_keeps_entries_lots_and_balance_equal(
             with contextlib.suppress(SubmitRefused):  # INSUFFICIENT_CREDITS
                 await store.submit(
                     "u3", f"g{number}", price=amount, cap=1000, idempotency="",
-                    body_hash="h", fields={"model": "m"},
+                    body_hash="h", deadline=0, fields={"model": "m"},
                 )  # fmt: skip
                 gids.append(f"g{number}")
         elif gids:

@@ -227,8 +227,6 @@ async def submit(request: web.Request) -> web.StreamResponse:
     deadline = time.time() + (
         settings.video_deadline if model.kind == "video" else settings.image_deadline
     )
-    jobs = app[JOBS]
-    await jobs.reserve(gid, account, deadline)
     try:
         submitted = await store.submit(
             account,
@@ -237,17 +235,13 @@ async def submit(request: web.Request) -> web.StreamResponse:
             cap=settings.jobs_per_user,
             idempotency=idempotency,
             body_hash=body_hash,
+            deadline=deadline,
             fields=fields,
         )
     except SubmitRefused as err:
-        await jobs.drop(gid)
         raise _refusal(err) from None
-    # Should this process die here, the janitor commits the reservation: the
-    # generation exists, so its job runs.
     if submitted.replayed:
-        await jobs.drop(gid)
         return _generation(submitted.fields, status=200, replayed=True)
-    await jobs.commit(gid)
     return _generation(submitted.fields, status=202)
 
 

@@ -10,6 +10,7 @@ from typing import Any, Final
 from redis.asyncio import Redis
 
 from .ledger import account_key, iso, now, pairs, script, text
+from .queue import PREFIX as QUEUE_PREFIX
 
 MAX_PROMPT: Final = 2000
 MAX_NEGATIVE_PROMPT: Final = 1000
@@ -98,17 +99,19 @@ class GenerationStore:
         cap: int,
         idempotency: str,
         body_hash: str,
+        deadline: float,
         fields: Mapping[str, str | int],
     ) -> Submitted:
-        """Charge and record a generation in one step, or raise SubmitRefused."""
+        """Charge, record and enqueue a generation in one step, or SubmitRefused."""
         moment = now()
         args: list[str | int] = [
             gid, idempotency, body_hash, price, cap,
-            int(moment.timestamp()), iso(moment),
+            int(moment.timestamp()), iso(moment), int(deadline),
         ]  # fmt: skip
         for name, value in fields.items():
             args += [name, value]
-        reply = await self._submit(keys=[account_key(account_id)], args=args)
+        keys = [account_key(account_id), QUEUE_PREFIX]
+        reply = await self._submit(keys=keys, args=args)
         outcome = text(reply[0])
         if outcome == "OK":
             return Submitted(pairs(reply[1]), replayed=False)

@@ -1,5 +1,7 @@
 """The job queue: a Redis Stream with one consumer group, at-least-once delivery.
 
+Jobs enter the stream in the submit script, in the same step that charges them.
+
 Why hand-written on Streams rather than arq, SAQ, taskiq or streaq (report E):
 none of them re-runs a SIGKILLed worker's job promptly by default (arq 310 s,
 SAQ never with one retry, taskiq only on new traffic, streaq 60 s), taskiq has
@@ -12,7 +14,6 @@ of the generation, not a property of delivery.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -46,19 +47,6 @@ class JobQueue:
         except ResponseError as err:
             if "BUSYGROUP" not in str(err):
                 raise
-
-    async def reserve(self, gid: str, account_id: str, deadline: float) -> None:
-        """Note a job before its generation is charged."""
-        await self._run("reserve", gid, account_id, deadline, time.time())
-
-    async def commit(self, gid: str) -> str | None:
-        """Put a reserved job on the stream; None if it was not reserved."""
-        entry = await self._run("commit", gid)
-        return text(entry) if entry else None
-
-    async def drop(self, gid: str) -> None:
-        """Forget a reservation whose generation was refused."""
-        await self._run("drop", gid)
 
     async def finish(self, gid: str, entry: str = "") -> None:
         """Acknowledge and delete a job that needs no more running."""
@@ -118,13 +106,6 @@ class JobQueue:
         """Return jobs past their deadline."""
         found: list[bytes] = await self._redis.zrangebyscore(  # type: ignore[assignment]
             f"{PREFIX}:deadlines", "-inf", now, start=0, num=count
-        )
-        return [text(gid) for gid in found]
-
-    async def stale_reservations(self, older_than: float) -> list[str]:
-        """Return reservations that neither committed nor dropped in time."""
-        found: list[bytes] = await self._redis.zrangebyscore(  # type: ignore[assignment]
-            f"{PREFIX}:reserved", "-inf", older_than, start=0, num=100
         )
         return [text(gid) for gid in found]
 

@@ -28,8 +28,6 @@ from .queue import CANCEL_CHANNEL, JobQueue
 from .upstreams.base import Output, Request, Upstream, UpstreamError
 
 _LOGGER: Final = logging.getLogger(__name__)
-# Reservations older than this without a commit are settled by the janitor.
-RESERVATION_GRACE_SECONDS: Final = 5.0
 JANITOR_SECONDS: Final = 1.0
 # How long SIGTERM waits for running jobs before handing them back.
 SHUTDOWN_GRACE_SECONDS: Final = 10.0
@@ -283,7 +281,7 @@ class Worker:
         return works, keys
 
     async def _janitor(self, stop: asyncio.Event) -> None:
-        """Renew leases, take over stale jobs, end late ones, settle reservations."""
+        """Renew leases, take over silent workers' jobs, end the late ones."""
         while not stop.is_set():
             try:
                 await self._tidy()
@@ -309,15 +307,6 @@ class Worker:
                 await self.generations.settle(account, gid, "fail", "TIMED_OUT")
             self._stop_local(gid)
             await self.queue.finish(gid)
-        for gid in await self.queue.stale_reservations(
-            time.time() - RESERVATION_GRACE_SECONDS
-        ):
-            job = await self.queue.job(gid)
-            account = job.get("account", "")
-            if account and await self.generations.get(account, gid):
-                await self.queue.commit(gid)
-            else:
-                await self.queue.drop(gid)
 
     async def _cancellations(self, stop: asyncio.Event) -> None:
         """Stop a running job the moment its owner cancels it."""

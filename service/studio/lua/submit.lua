@@ -1,6 +1,8 @@
--- Check, charge and record one generation, all or nothing.
+-- Check, charge, record and enqueue one generation: one atomic step.
+-- KEYS[2]: the job queue's prefix (studio:jobs:{q}).
 -- ARGV: gid, idempotency key ('' for none), body hash, price, per-user cap,
---       now epoch, now_iso, then the generation's initial fields as field, value...
+--       now epoch, now_iso, deadline epoch, then the generation's fields as
+--       field, value...
 local gid, idem, body_hash = ARGV[1], ARGV[2], ARGV[3]
 local price, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
 local now_epoch, now_iso = tonumber(ARGV[6]), ARGV[7]
@@ -24,7 +26,7 @@ local key = gen_key(gid)
 redis.call('HSET', key, 'id', gid, 'status', 'queued', 'progress', '0',
            'credits', price, 'refunded', '0', 'created_at', now_iso,
            'lots', cjson.encode(taken), 'works', '[]', 'idem', idem)
-for i = 8, #ARGV, 2 do redis.call('HSET', key, ARGV[i], ARGV[i + 1]) end
+for i = 9, #ARGV, 2 do redis.call('HSET', key, ARGV[i], ARGV[i + 1]) end
 redis.call('HSET', key, 'n', redis.call('HINCRBY', P, 'gseq', 1))
 redis.call('ZADD', GENS, redis.call('HGET', key, 'n'), gid)
 redis.call('SADD', ACTIVE, gid)
@@ -32,5 +34,10 @@ if idem ~= '' then
   redis.call('SET', idem_key, cjson.encode({h = body_hash, g = gid}), 'EX', 86400)
 end
 entry('debit', -price, now_iso, gid, nil, nil)
+local Q, deadline = KEYS[2], ARGV[8]
+local stream_entry = redis.call('XADD', Q .. ':stream', '*', 'g', gid)
+redis.call('HSET', Q .. ':job:' .. gid, 'account', string.match(P, '{(.-)}'),
+           'deadline', deadline, 'entry', stream_entry)
+redis.call('ZADD', Q .. ':deadlines', deadline, gid)
 publish('credits', {balance = balance()})
 return {'OK', gen_event(gid)}
