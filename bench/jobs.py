@@ -27,11 +27,9 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+from harness import SECRET, pinned
 from redis.asyncio import Redis
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from bench.harness import SECRET, pinned
 from service.store.embedded import MailCatcher, RedisServer, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
