@@ -19,7 +19,7 @@ from contextlib import ExitStack
 from harness import arguments, compare, report, server
 from redis.asyncio import Redis
 
-from service.square.feed import SquareStore
+from service.square.feed import SquareStore, Work
 from service.store.embedded import RedisServer
 
 OPEN = {
@@ -38,14 +38,19 @@ async def publish(url: str, count: int = 20) -> None:
     client = Redis.from_url(url)
     store = SquareStore(client)
     for index in range(count):
-        await store.publish(
+        work = Work(
+            id=f"bench{index}",
             kind="image",
-            model="Seedream 4.0",
+            model="seedream-4",
             prompt=f"a lighthouse at dusk, study {index}",
-            media_url=f"https://cdn.liuguang.studio/works/{index}.webp",
+            media_url=f"/media/bench{index}.png",
+            thumb_url=f"/media/bench{index}.webp",
             width=1024,
             height=1024,
+            content_type="image/png",
+            published_at="2026-11-23T10:00:00Z",
         )
+        await store.publish(work, owner="bench")
     await client.aclose()
 
 

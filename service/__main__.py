@@ -16,6 +16,7 @@ from typing import Final
 from aiohttp import web
 from redis.asyncio import Redis
 
+from . import operator
 from .app import create_app, freeze_startup_objects
 from .content import load_content
 from .settings import Settings, SettingsError, load_settings, require_production
@@ -159,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         "dev", help="run with embedded Redis and SMTP catcher (make run)"
     )
     commands.add_parser("worker", help="run a worker: generation jobs off the queue")
+    operator.add_commands(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -169,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             serve(settings)
         elif args.command == "worker":
             work(settings)
+        elif args.command in ("works", "credits"):
+            return asyncio.run(operator.run(args, settings))
         else:
             dev(settings)
     except SettingsError as err:

@@ -35,6 +35,7 @@ from .studio.context import (
     studio_ctx,
 )
 from .studio.endpoints import ACCOUNT_LIMITED, setup_studio_routes
+from .studio.library import LIBRARY_LIMITED, setup_library_routes
 from .studio.media.serving import setup_media_routes
 from .web.discovery import render_machine_files
 from .web.documents import HTML_TYPE, document_handler, render_documents
@@ -128,7 +129,7 @@ def _api(settings: Settings, security: SecurityHeaders) -> ApiBoundary:
     )
     # Per-account write limits are charged inside their handlers, after the
     # session; their headers are reported by the same layer.
-    setup_rate_headers(api, names=set(routes) | ACCOUNT_LIMITED)
+    setup_rate_headers(api, names=set(routes) | ACCOUNT_LIMITED | LIBRARY_LIMITED)
     setup_headers(api, security)
     setup_errors(api)
     setup_csrf(api, origin=settings.base_url)
@@ -137,6 +138,7 @@ def _api(settings: Settings, security: SecurityHeaders) -> ApiBoundary:
     setup_auth_routes(api)
     setup_square_routes(api)
     setup_studio_routes(api)
+    setup_library_routes(api)
     return api
 
 

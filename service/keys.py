@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # the stores import this module; their types are named in quo
     from .studio.media.store import MediaStore  # noqa: F401
     from .studio.queue import JobQueue  # noqa: F401
     from .studio.upstreams.registry import Upstreams  # noqa: F401
+    from .studio.works import WorkStore  # noqa: F401
     from .web.headers import SecurityHeaders  # noqa: F401
 
 SETTINGS: Final = web.AppKey("settings", Settings)
@@ -41,6 +42,7 @@ JOBS: Final = web.AppKey["JobQueue"]("jobs")
 MEDIA: Final = web.AppKey["MediaStore"]("media")
 EVENTS: Final = web.AppKey["EventHub"]("events")
 UPSTREAMS: Final = web.AppKey["Upstreams"]("upstreams")
+WORKS: Final = web.AppKey["WorkStore"]("works")
 
 SESSION: Final = web.RequestKey["Session"]("session")
 CLIENT: Final = web.RequestKey("client", str)

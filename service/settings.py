@@ -52,6 +52,7 @@ class WorkbenchSettings:
     video_deadline: int
     worker_concurrency: int
     expire_months: int
+    hide_after_reports: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +162,7 @@ def _build(raw: Mapping[str, Any]) -> Settings:
             video_deadline=_integer(raw, "jobs.video_deadline", 1, 86400),
             worker_concurrency=_integer(raw, "worker.concurrency", 1, 1000),
             expire_months=_integer(raw, "credits.expire_months", 1, 1200),
+            hide_after_reports=_integer(raw, "square.hide_after_reports", 1, 1000),
         ),
         limits=_policies(raw),
     )

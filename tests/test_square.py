@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import uuid
+from typing import Literal
+
 import pytest
 from redis.asyncio import Redis
 
@@ -11,18 +14,26 @@ from service.square.feed import SquareStore, Work
 from .conftest import Client
 
 
+def sample_work(index: int) -> Work:
+    """A work as the library would publish it."""
+    kind: Literal["image", "video"] = "image" if index % 2 else "video"
+    return Work(
+        id=f"w{index}x{uuid.uuid4().hex[:8]}",
+        kind=kind,
+        model="seedream-4",
+        prompt=f"work {index}",
+        media_url=f"/media/{index}.png",
+        thumb_url=f"/media/{index}.webp",
+        width=1024,
+        height=768,
+        content_type="image/png" if kind == "image" else "video/mp4",
+        published_at="2026-11-23T10:00:00Z",
+        duration=5.0 if kind == "video" else None,
+    )
+
+
 async def _publish(store: SquareStore, count: int) -> list[Work]:
-    return [
-        await store.publish(
-            kind="image" if i % 2 else "video",
-            model="Seedream 4.0",
-            prompt=f"work {i}",
-            media_url=f"https://cdn.example.com/{i}.png",
-            width=1024,
-            height=768,
-        )
-        for i in range(count)
-    ]
+    return [await store.publish(sample_work(i), owner="someone") for i in range(count)]
 
 
 async def test_pages_walk_every_work_newest_first_exactly_once(client: Client) -> None:
@@ -47,9 +58,11 @@ async def test_a_work_carries_no_personal_data(client: Client) -> None:
     (work,) = await _publish(client.app[SQUARE], 1)
     body = await (await client.get(f"/api/square/{work.id}")).json()
     assert set(body) == {
-        "id", "kind", "model", "prompt", "media_url", "width", "height", "published_at",
+        "id", "kind", "model", "prompt", "media_url", "thumb_url", "width", "height",
+        "duration", "content_type", "published_at", "favorites",
     }  # fmt: skip
     assert "@" not in str(body)
+    assert "someone" not in str(body)
 
 
 async def test_unknown_and_unpublished_works_are_404(client: Client) -> None:
@@ -79,6 +92,10 @@ async def test_unknown_and_unpublished_works_are_404(client: Client) -> None:
         {"cursor": "djE6LTE"},  # v1:-1
         {"cursor": "djE6YQ"},  # v1:a
         {"unknown": "1"},
+        {"sort": "old"},
+        {"kind": "audio"},
+        {"kind": ""},
+        {"sort": "top", "cursor": "djE6MTA"},  # a `new` cursor on `top`
     ],
 )
 async def test_bad_limits_and_cursors_are_400(
@@ -87,7 +104,7 @@ async def test_bad_limits_and_cursors_are_400(
     """Limit 1-50, cursors that we issued, nothing else."""
     response = await client.get("/api/square", params=query)
     assert response.status == 400
-    assert await response.json() == {"error": "BAD_REQUEST"}
+    assert (await response.json())["error"] == "BAD_REQUEST"
 
 
 async def test_square_responses_are_private_to_the_client(client: Client) -> None:
@@ -102,6 +119,7 @@ async def test_publishing_is_one_atomic_step_in_one_slot(redis: Redis) -> None:
     store = SquareStore(redis)
     (work,) = await _publish(store, 1)
     keys = [key.decode() async for key in redis.scan_iter("studio:square:*")]
-    assert len(keys) == 3
+    # seq, version, work, meta, feed, feed:kind, top, top:kind
+    assert len(keys) == 8
     assert all("{square}" in key for key in keys)
     assert await store.get(work.id) == work

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from service.settings import ROOT
@@ -79,8 +81,6 @@ async def wait_for_status(
 
 
 async def _sleep(seconds: float) -> None:
-    import asyncio
-
     await asyncio.sleep(seconds)
 
 
@@ -108,3 +108,23 @@ def worker_process(variables: Mapping[str, str]) -> Iterator[subprocess.Popen[st
                 process.wait()
         if process.stdout:
             process.stdout.close()
+
+
+@dataclass(frozen=True)
+class Finished:
+    """What an operator command printed and how it exited."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+async def studio_command(*args: str, environ: Mapping[str, str]) -> Finished:
+    """Run `python -m service ARGS...` as an operator would, without blocking."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "service", *args,
+        cwd=ROOT, env=dict(environ),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    stdout, stderr = await asyncio.wait_for(process.communicate(), 30)
+    return Finished(process.returncode or 0, stdout.decode(), stderr.decode())

@@ -1,18 +1,17 @@
-"""The square: published works, newest first, for anonymous visitors."""
+"""The square: published works for anonymous visitors, new or top, images or videos."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import binascii
-import datetime as dt
 import json
 import logging
-import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final, Literal, cast
 
 from aiohttp import web
@@ -25,102 +24,173 @@ from ..auth.sessions import anonymous
 from ..keys import DEGRADED, SQUARE
 from ..store.deadline import within
 
-# All square keys share one hash tag, so publishing is one atomic step on Cluster too.
-_TAG: Final = "studio:square:{square}"
-FEED: Final = f"{_TAG}:feed"
-SEQUENCE: Final = f"{_TAG}:seq"
+# All square keys share one hash tag, so every write is one atomic step on Cluster too.
+PREFIX: Final = "studio:square:{square}"
+VERSION: Final = f"{PREFIX}:version"
 DEFAULT_LIMIT: Final = 20
 MAX_LIMIT: Final = 50
 CACHE_CONTROL: Final = "max-age=10"
-# Reads are cached in process: fresh for FRESH seconds; while Redis is down or slow
-# (no answer in READ_BUDGET) the last good copy is served for up to STALE seconds.
+# Reads are cached in process: fresh for FRESH seconds while the square's version
+# (bumped by every removal) is unchanged; while Redis is down or slow (no answer
+# in READ_BUDGET) the last good copy is served for up to STALE seconds.
 FRESH_SECONDS: Final = 2.0
 STALE_SECONDS: Final = 600.0
 READ_BUDGET_SECONDS: Final = 0.1
 # After a failed read, stop asking Redis for this long and serve what we have.
 BACKOFF_SECONDS: Final = 1.0
 _LOGGER: Final = logging.getLogger(__name__)
-
-_PUBLISH: Final = """
-local seq = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[3], ARGV[2])
-redis.call('ZADD', KEYS[1], seq, ARGV[1])
-return seq
-"""
-_UNPUBLISH: Final = """
-redis.call('DEL', KEYS[2])
-return redis.call('ZREM', KEYS[1], ARGV[1])
-"""
+_SCRIPT: Final = (Path(__file__).parent / "lua" / "square.lua").read_text()
+Sort = Literal["new", "top"]
+Kind = Literal["image", "video"]
 
 
 @dataclass(frozen=True, slots=True)
 class Work:
-    """A published image or video, without anything personal about its author."""
+    """A published work as the square shows it: nothing about its author."""
 
     id: str
-    kind: Literal["image", "video"]
+    kind: Kind
     model: str
     prompt: str
     media_url: str
+    thumb_url: str
     width: int
     height: int
-    published_at: str
+    content_type: str
+    published_at: str = ""
+    favorites: int = 0
+    duration: float | None = None
+
+    def public(self) -> dict[str, Any]:
+        """Return the square's JSON object (duration only for videos)."""
+        out: dict[str, Any] = {
+            "id": self.id,
+            "kind": self.kind,
+            "model": self.model,
+            "prompt": self.prompt,
+            "media_url": self.media_url,
+            "thumb_url": self.thumb_url,
+            "width": self.width,
+            "height": self.height,
+        }
+        if self.duration is not None:
+            out["duration"] = self.duration
+        out |= {
+            "content_type": self.content_type,
+            "published_at": self.published_at,
+            "favorites": self.favorites,
+        }
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Work:
+        """Read a square item back."""
+        fields = {name: data[name] for name in cls.__slots__ if name in data}
+        return cls(**fields)
 
 
-def _work_key(work_id: str) -> str:
-    return f"{_TAG}:work:{work_id}"
+def _encode(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
 
-def encode_cursor(sequence: int) -> str:
-    """Wrap a feed position as an opaque cursor."""
-    return base64.urlsafe_b64encode(f"v1:{sequence}".encode()).decode().rstrip("=")
+def encode_cursor(sort: Sort, score: str, epoch: str = "") -> str:
+    """Wrap a page boundary (and a `top` snapshot) as an opaque cursor."""
+    return _encode(f"v1:{score}" if sort == "new" else f"t1:{epoch}:{score}")
 
 
-def decode_cursor(cursor: str) -> int:
-    """Read a cursor back, or raise 400 BAD_REQUEST."""
+def decode_cursor(cursor: str, sort: Sort) -> tuple[str, str]:
+    """Read a cursor back as (score, epoch), or raise 400 with field cursor."""
     try:
         text = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-        version, _, number = text.partition(":")
-        sequence = int(number)
     except (binascii.Error, UnicodeDecodeError, ValueError) as err:
-        raise ApiError(400, "BAD_REQUEST") from err
-    if version != "v1" or sequence < 1 or not number.isdigit():
-        raise ApiError(400, "BAD_REQUEST")
-    return sequence
+        raise ApiError(400, "BAD_REQUEST", field="cursor") from err
+    parts = text.split(":")
+    expected = ("v1", 2) if sort == "new" else ("t1", 3)
+    if (parts[0], len(parts)) != expected or not all(
+        part.isascii() and part.isdigit() and len(part) <= 18 for part in parts[1:]
+    ):
+        raise ApiError(400, "BAD_REQUEST", field="cursor")
+    return parts[-1], parts[1] if sort == "top" else ""
 
 
 class _ReadCache:
-    """Recent answers, fresh for a moment and kept as a fallback for a while."""
+    """Recent answers with the square version they were read at."""
 
     def __init__(self, max_entries: int = 1024) -> None:
-        self._entries: OrderedDict[object, tuple[float, object]] = OrderedDict()
+        self._entries: OrderedDict[object, tuple[float, int, object]] = OrderedDict()
         self._max = max_entries
 
-    def get(self, key: object, max_age: float) -> tuple[bool, object]:
-        if (entry := self._entries.get(key)) and time.monotonic() - entry[0] <= max_age:
-            return True, entry[1]
-        return False, None
+    def get(
+        self, key: object, max_age: float, version: int | None
+    ) -> tuple[bool, object]:
+        entry = self._entries.get(key)
+        if entry is None or time.monotonic() - entry[0] > max_age:
+            return False, None
+        if version is not None and entry[1] != version:
+            return False, None
+        return True, entry[2]
 
-    def put(self, key: object, value: object) -> None:
-        self._entries[key] = (time.monotonic(), value)
+    def put(self, key: object, version: int, value: object) -> None:
+        self._entries[key] = (time.monotonic(), version, value)
         self._entries.move_to_end(key)
         while len(self._entries) > self._max:
             self._entries.popitem(last=False)
 
-    def clear(self) -> None:
-        self._entries.clear()
 
+class _VersionProbe:
+    """Read the square's version once per event-loop turn for every request in it.
 
-class SquareStore:
-    """Publish, unpublish, list and read works of the square."""
+    A request only shares a read sent after it arrived, so once a removal has
+    been answered, no later request of any process is served a page from
+    before it.
+    """
 
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
-        self._publish = redis.register_script(_PUBLISH)
-        self._unpublish = redis.register_script(_UNPUBLISH)
+        self._next: asyncio.Future[int] | None = None
+
+    def current(self) -> asyncio.Future[int]:
+        """Return the version as of a read sent after this call."""
+        if self._next is None:
+            loop = asyncio.get_running_loop()
+            self._next = loop.create_future()
+            loop.call_soon(self._send)
+        return self._next
+
+    def _send(self) -> None:
+        future, self._next = self._next, None
+        assert future is not None
+        task = asyncio.ensure_future(self._read())
+        task.add_done_callback(lambda done: _settle(future, done))
+
+    async def _read(self) -> int:
+        return int(await self._redis.get(VERSION) or 0)
+
+
+def _settle(future: asyncio.Future[int], done: asyncio.Future[int]) -> None:
+    if future.done():
+        return
+    if done.cancelled():
+        future.cancel()
+    elif (error := done.exception()) is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(done.result())
+
+
+class SquareStore:
+    """Publish, remove, rank, list and read works of the square."""
+
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+        self._script = redis.register_script(_SCRIPT)
         self._cache = _ReadCache()
+        self._probe = _VersionProbe(redis)
         self._reads: dict[object, asyncio.Future[Any]] = {}
         self._down_until = 0.0
+
+    async def _run(self, *args: str | int) -> Any:
+        return await self._script(keys=[PREFIX], args=list(args))
 
     async def _cached(
         self,
@@ -129,122 +199,140 @@ class SquareStore:
         *,
         degraded: bool = False,
     ) -> Any:
-        """Serve fresh from memory, else read Redis in budget, else serve stale.
+        """Serve from memory while fresh and current, else read Redis in budget.
 
         Concurrent misses of one key share a single read. When Redis already
-        failed this request (`degraded`), a stale copy is served without asking
-        it again, so one request never waits on Redis twice.
+        failed this request (`degraded`), or does not answer the version in
+        budget, a stale copy is served without asking it again.
         """
-        hit, value = self._cache.get(key, STALE_SECONDS if degraded else FRESH_SECONDS)
+        version: int | None = None
+        if not degraded and time.monotonic() >= self._down_until:
+            try:
+                version = await within(READ_BUDGET_SECONDS, self._probe.current())
+            except (RedisError, OSError, TimeoutError):
+                self._down_until = time.monotonic() + BACKOFF_SECONDS
+        if version is None:
+            hit, value = self._cache.get(key, STALE_SECONDS, None)
+            if hit:
+                _LOGGER.warning("square served from memory: Redis unavailable")
+                return value
+            raise TimeoutError("square unavailable")
+        hit, value = self._cache.get(key, FRESH_SECONDS, version)
         if hit:
             return value
-        if (pending := self._reads.get(key)) is None:
-            pending = asyncio.ensure_future(self._read(key, read))
-            self._reads[key] = pending
-            pending.add_done_callback(lambda _: self._reads.pop(key, None))
+        pending = self._reads.get((key, version))
+        if pending is None:
+            pending = asyncio.ensure_future(self._read(key, version, read))
+            self._reads[(key, version)] = pending
+            pending.add_done_callback(lambda _: self._reads.pop((key, version), None))
         return await asyncio.shield(pending)
 
-    async def _read(self, key: object, read: Callable[[], Awaitable[object]]) -> Any:
+    async def _read(
+        self, key: object, version: int, read: Callable[[], Awaitable[object]]
+    ) -> Any:
         try:
-            if time.monotonic() < self._down_until:
-                raise TimeoutError("backing off a failing Redis")
             value = await within(READ_BUDGET_SECONDS, read())
         except (RedisError, OSError, TimeoutError):
             self._down_until = max(self._down_until, time.monotonic() + BACKOFF_SECONDS)
-            hit, value = self._cache.get(key, STALE_SECONDS)
-            if not hit:
-                raise
-            _LOGGER.warning("square served from memory: Redis unavailable")
-            return value
-        self._cache.put(key, value)
+            raise
+        self._cache.put(key, version, value)
         return value
 
-    async def publish(
-        self,
-        *,
-        kind: Literal["image", "video"],
-        model: str,
-        prompt: str,
-        media_url: str,
-        width: int,
-        height: int,
-    ) -> Work:
-        """Put a work at the top of the square."""
-        now = (
-            dt.datetime.now(dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
-        )
-        work = Work(
-            secrets.token_hex(8), kind, model, prompt, media_url, width, height, now
-        )
-        keys = [FEED, SEQUENCE, _work_key(work.id)]
-        await self._publish(keys=keys, args=[work.id, json.dumps(asdict(work))])
-        self._cache.clear()
-        return work
+    async def publish(self, work: Work, owner: str) -> Work:
+        """Put a work at the top of `new`; publishing twice changes nothing."""
+        body = {k: v for k, v in work.public().items() if k not in ("published_at",)}
+        stored = await self._run(
+            "publish", work.id, owner, work.kind, work.favorites,
+            json.dumps(body, ensure_ascii=False), _now_iso(),
+        )  # fmt: skip
+        return Work.from_json(json.loads(stored))
+
+    async def remove(self, work_id: str) -> bool:
+        """Take a work off every index; every process's cached pages go stale."""
+        return bool(await self._run("remove", work_id))
 
     async def unpublish(self, work_id: str) -> bool:
         """Take a work off the square; tell whether it was there."""
-        keys = [FEED, _work_key(work_id)]
-        removed = bool(await self._unpublish(keys=keys, args=[work_id]))
-        self._cache.clear()
-        return removed
+        return await self.remove(work_id)
+
+    async def set_favorites(self, work_id: str, count: int, change: int) -> None:
+        """Rank a work by its favorites; an older change never overwrites a newer."""
+        await self._run("favorites", work_id, count, change)
+
+    async def owner(self, work_id: str) -> str | None:
+        """Return the account that published a work (never shown to anyone)."""
+        found = await self._redis.hget(f"{PREFIX}:meta:{work_id}", "owner")
+        return found.decode() if isinstance(found, bytes) else found
 
     async def work_json(self, work_id: str, *, degraded: bool = False) -> bytes | None:
         """Return a published work as the JSON the API answers with."""
 
         async def read() -> bytes | None:
-            raw = cast(bytes | None, await self._redis.get(_work_key(work_id)))
-            return raw
+            return cast(bytes | None, await self._redis.get(f"{PREFIX}:work:{work_id}"))
 
         body: bytes | None = await self._cached(
             ("work", work_id), read, degraded=degraded
         )
         return body
 
+    async def get(self, work_id: str) -> Work | None:
+        """Return a published work, read fresh."""
+        raw = await self._redis.get(f"{PREFIX}:work:{work_id}")
+        return Work.from_json(json.loads(raw)) if raw else None
+
     async def page_json(
-        self, before: int | None, limit: int, *, degraded: bool = False
+        self,
+        sort: Sort,
+        kind: str,
+        cursor: tuple[str, str] | None,
+        limit: int,
+        *,
+        degraded: bool = False,
     ) -> bytes:
-        """Return a page of the feed as the JSON the API answers with."""
+        """Return a page as the JSON the API answers with."""
 
         async def read() -> bytes:
-            return await self._page(before, limit)
+            return await self._page(sort, kind, cursor, limit)
 
         body: bytes = await self._cached(
-            ("page", before, limit), read, degraded=degraded
+            ("page", sort, kind, cursor, limit), read, degraded=degraded
         )
         return body
 
-    async def get(self, work_id: str) -> Work | None:
-        """Return a published work."""
-        body = await self.work_json(work_id)
-        return Work(**json.loads(body)) if body else None
-
-    async def _page(self, before: int | None, limit: int) -> bytes:
+    async def _page(
+        self, sort: Sort, kind: str, cursor: tuple[str, str] | None, limit: int
+    ) -> bytes:
         """Assemble a page from the works' stored JSON, without re-encoding it."""
-        top: int | str = f"({before}" if before is not None else "+inf"
-        found: list[tuple[bytes, float]] = await self._redis.zrevrangebyscore(
-            FEED, top, "-inf", start=0, num=limit + 1, withscores=True
-        )  # type: ignore[assignment]
-        more = len(found) > limit
-        rows = found[:limit]
-        keys = [_work_key(member.decode()) for member, _ in rows]
-        raws = cast(list[bytes | None], await self._redis.mget(keys) if keys else [])
-        cursor = encode_cursor(int(rows[-1][1])) if more and rows else None
+        before, epoch = cursor or ("", "")
+        now_ms = int(time.time() * 1000)
+        reply = await self._run("page", sort, kind, before, limit, epoch, now_ms)
+        next_score, epoch = _text(reply[0]), _text(reply[1])
+        raws = [raw if isinstance(raw, bytes) else raw.encode() for raw in reply[2:]]
+        cursor_out = encode_cursor(sort, next_score, epoch) if next_score else None
         return b"".join(
             (
                 b'{"items": [',
-                b", ".join(raw for raw in raws if raw),
+                b", ".join(raws),
                 b'], "next_cursor": ',
-                json.dumps(cursor).encode(),
+                json.dumps(cursor_out).encode(),
                 b"}",
             )
         )
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def _limit(raw: str | None) -> int:
     if raw is None:
         return DEFAULT_LIMIT
     if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_LIMIT:
-        raise ApiError(400, "BAD_REQUEST")
+        raise ApiError(400, "BAD_REQUEST", field="limit")
     return int(raw)
 
 
@@ -256,18 +344,30 @@ def _json(body: bytes) -> web.Response:
     )
 
 
+_QUERY: Final = frozenset({"cursor", "limit", "sort", "kind"})
+
+
 @anonymous
 async def list_square(request: web.Request) -> web.StreamResponse:
-    """List published works, newest first, a page at a time."""
+    """List published works, newest or most favorited first, a page at a time."""
     query = request.query
-    if set(query) - {"cursor", "limit"}:
-        raise ApiError(400, "BAD_REQUEST")
+    for name in query:
+        if name not in _QUERY or len(query.getall(name)) > 1:
+            raise ApiError(400, "BAD_REQUEST", field=name)
     limit = _limit(query.get("limit"))
-    cursor = query.get("cursor") or None
-    before = decode_cursor(cursor) if cursor else None
+    sort = query.get("sort", "new")
+    if sort not in ("new", "top"):
+        raise ApiError(400, "BAD_REQUEST", field="sort")
+    kind = query.get("kind", "")
+    if kind not in ("", "image", "video") or ("kind" in query and not kind):
+        raise ApiError(400, "BAD_REQUEST", field="kind")
+    raw_cursor = query.get("cursor") or None
+    sort_ = cast(Sort, sort)
+    cursor = decode_cursor(raw_cursor, sort_) if raw_cursor else None
     store = request.config_dict[SQUARE]
     degraded = request.get(DEGRADED, False)
-    return _json(await store.page_json(before, limit, degraded=degraded))
+    body = await store.page_json(sort_, kind, cursor, limit, degraded=degraded)
+    return _json(body)
 
 
 @anonymous
@@ -277,7 +377,9 @@ async def get_work(request: web.Request) -> web.StreamResponse:
     store = request.config_dict[SQUARE]
     degraded = request.get(DEGRADED, False)
     body = (
-        await store.work_json(work_id, degraded=degraded) if work_id.isalnum() else None
+        await store.work_json(work_id, degraded=degraded)
+        if work_id.isascii() and work_id.isalnum()
+        else None
     )
     if body is None:
         raise ApiError(404, "NOT_FOUND")

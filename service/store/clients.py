@@ -23,12 +23,14 @@ from ..keys import (
     SESSIONS,
     SETTINGS,
     SQUARE,
+    WORKS,
 )
 from ..limits.limiter import Limiter
 from ..square.feed import SquareStore
 from ..studio.generations import GenerationStore
 from ..studio.ledger import Ledger
 from ..studio.queue import JobQueue
+from ..studio.works import WorkStore
 
 
 async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -57,7 +59,8 @@ async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
     app[GENERATIONS] = GenerationStore(client)
     app[JOBS] = JobQueue(client)
     app[SESSIONS] = SessionStore(client)
-    app[SQUARE] = SquareStore(client)
+    square = app[SQUARE] = SquareStore(client)
+    app[WORKS] = WorkStore(client, square)
     yield
     await client.aclose()
 

@@ -1,0 +1,92 @@
+"""Operator commands: act on works and credits from a shell, with one-line answers."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Final
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from .auth.accounts import AccountStore
+from .auth.identity import address_key
+from .settings import Settings, SettingsError
+from .square.feed import SquareStore
+from .studio.ledger import InsufficientCredits, Ledger, UnknownAccount
+from .studio.works import WorkStore
+
+OK: Final = 0
+REFUSED: Final = 1
+
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Declare `works unpublish|restore ID` and `credits grant EMAIL N [--note]`."""
+    works = commands.add_parser(
+        "works", help="take a work off the square or restore it"
+    )
+    works.add_argument("action", choices=("unpublish", "restore"))
+    works.add_argument("work_id")
+    credits = commands.add_parser("credits", help="grant or take back credits")
+    grant = credits.add_subparsers(dest="credits_command", required=True)
+    grant_parser = grant.add_parser("grant", help="N > 0 grants a bonus lot")
+    grant_parser.add_argument("email")
+    grant_parser.add_argument("amount", type=int)
+    grant_parser.add_argument("--note", default="")
+
+
+async def run(args: argparse.Namespace, settings: Settings) -> int:
+    """Carry out an operator command; print the result or one line of refusal."""
+    if not settings.redis_url:
+        raise SettingsError("STUDIO_REDIS_URL: required")
+    redis = Redis.from_url(settings.redis_url, socket_timeout=5.0)
+    try:
+        if args.command == "works":
+            return await _works(redis, args.action, args.work_id)
+        return await _grant(redis, settings, args.email, args.amount, args.note)
+    except RedisError as err:
+        print(f"studio: Redis unavailable: {type(err).__name__}", file=sys.stderr)
+        return REFUSED
+    finally:
+        await redis.aclose()
+
+
+async def _works(redis: Redis, action: str, work_id: str) -> int:
+    works = WorkStore(redis, SquareStore(redis))
+    done = await (
+        works.take_down(work_id) if action == "unpublish" else works.restore(work_id)
+    )
+    if not done:
+        where = "in the square" if action == "unpublish" else "hidden by reports"
+        print(f"studio: no work {work_id} {where}", file=sys.stderr)
+        return REFUSED
+    print(f"{work_id} {'unpublished' if action == 'unpublish' else 'restored'}")
+    return OK
+
+
+async def _grant(
+    redis: Redis, settings: Settings, email: str, amount: int, note: str
+) -> int:
+    if amount == 0:
+        print("studio: the amount must not be 0", file=sys.stderr)
+        return REFUSED
+    ledger = Ledger(
+        redis,
+        trial_credits=settings.trial_credits,
+        expire_months=settings.workbench.expire_months,
+    )
+    account_id = await AccountStore(redis, ledger).find(
+        address_key(email.strip().lower(), settings.secret_key)
+    )
+    try:
+        if account_id is None:
+            raise UnknownAccount(email)
+        balance = await ledger.adjust(account_id, amount, note)
+    except UnknownAccount:
+        print(f"studio: no account for {email}", file=sys.stderr)
+        return REFUSED
+    except InsufficientCredits as err:
+        print(f"studio: refused: the balance is {err.balance}", file=sys.stderr)
+        return REFUSED
+    print(balance)
+    return OK

@@ -1,0 +1,70 @@
+-- A person's works, their favorites and reports; KEYS[1] is the owner's account
+-- hash studio:acct:{<uid>} and every key derives from it (one slot).
+-- ARGV[1] = action, ARGV[2] = work id.
+local P, action, wid = KEYS[1], ARGV[1], ARGV[2]
+local key = P .. ':work:' .. wid
+local FANS, REPORTS = key .. ':fans', key .. ':reports'
+
+local raw = redis.call('GET', key)
+if not raw then return {'NOT_FOUND'} end
+local work = cjson.decode(raw)
+
+local function save() redis.call('SET', key, cjson.encode(work)) end
+
+if action == 'publish' then
+  -- ARGV: now_iso. Publishing twice keeps the first time.
+  if work.published_at == cjson.null then
+    work.published_at = ARGV[3]
+    save()
+  end
+  return {'OK', cjson.encode(work), redis.call('SCARD', FANS), work.hidden and 1 or 0}
+end
+
+if action == 'unpublish' then
+  work.published_at = cjson.null
+  save()
+  return {'OK', cjson.encode(work), redis.call('SCARD', FANS)}
+end
+
+if action == 'delete' then
+  -- Returns the work (for its media) and who favorited it (their lists shrink).
+  local fans = redis.call('SMEMBERS', FANS)
+  redis.call('DEL', key, FANS, REPORTS)
+  redis.call('ZREM', P .. ':works', wid)
+  return {'OK', raw, fans}
+end
+
+if action == 'favorite' or action == 'unfavorite' then
+  -- ARGV: the account that (un)favorites. The change number orders the counts
+  -- that reach the square, so a late update never overwrites a newer one.
+  local changed
+  if action == 'favorite' then
+    changed = redis.call('SADD', FANS, ARGV[3])
+  else
+    changed = redis.call('SREM', FANS, ARGV[3])
+  end
+  local change = redis.call('HINCRBY', P, 'favchange', 1)
+  return {'OK', redis.call('SCARD', FANS), change, changed,
+          work.published_at ~= cjson.null and not work.hidden and 1 or 0}
+end
+
+if action == 'report' then
+  -- ARGV: reporter, threshold. The owner's own reports count for nothing.
+  if ARGV[3] == string.match(P, '{(.-)}') then return {'SELF'} end
+  if work.published_at == cjson.null then return {'NOT_PUBLISHED'} end
+  redis.call('SADD', REPORTS, ARGV[3])
+  if not work.hidden and redis.call('SCARD', REPORTS) >= tonumber(ARGV[4]) then
+    work.hidden = true
+    save()
+    return {'HIDE'}
+  end
+  return {'OK'}
+end
+
+if action == 'restore' then
+  work.hidden = nil
+  save()
+  redis.call('DEL', REPORTS)
+  return {'OK', cjson.encode(work), redis.call('SCARD', FANS)}
+end
+return redis.error_reply('ERR works: unknown action')

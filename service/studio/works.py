@@ -1,0 +1,266 @@
+"""Works: a person's library, favorites, publishing to the square and reports."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from redis.asyncio import Redis
+
+from ..square.feed import SquareStore, Work
+from .ledger import account_key, iso, now, text
+
+_SCRIPT: Final = (Path(__file__).parent / "lua" / "works.lua").read_text()
+# Fields of the stored record that no client sees.
+_PRIVATE: Final = frozenset({"media_key", "thumb_key", "hidden", "favorite"})
+
+
+class WorkNotFound(Exception):
+    """Neither mine nor published: the same answer for both."""
+
+
+@dataclass(frozen=True, slots=True)
+class Owned:
+    """A work of mine as stored, with its live favorite count."""
+
+    record: dict[str, Any]
+    favorites: int
+
+
+def mine_view(
+    record: Mapping[str, Any], favorites: int, favorite: bool
+) -> dict[str, Any]:
+    """Render one of my works: the full shape, with generation_id."""
+    out = {k: v for k, v in record.items() if k not in _PRIVATE}
+    out["favorites"] = favorites
+    out["favorite"] = favorite
+    return out
+
+
+def square_work(record: Mapping[str, Any], favorites: int) -> Work:
+    """Describe a work of mine as the square shows it: nothing about me."""
+    return Work(
+        id=record["id"],
+        kind=record["kind"],
+        model=record["model"],
+        prompt=record["prompt"],
+        media_url=record["media_url"],
+        thumb_url=record["thumb_url"],
+        width=record["width"],
+        height=record["height"],
+        content_type=record["content_type"],
+        published_at=record["published_at"],
+        favorites=favorites,
+        duration=record.get("duration"),
+    )
+
+
+class WorkStore:
+    """The owner-slot half of every work operation; the square is the other half."""
+
+    def __init__(self, redis: Redis, square: SquareStore) -> None:
+        self._redis = redis
+        self._square = square
+        self._script = redis.register_script(_SCRIPT)
+
+    async def _run(self, owner: str, *args: str | int) -> list[Any]:
+        reply = await self._script(keys=[account_key(owner)], args=list(args))
+        if text(reply[0]) == "NOT_FOUND":
+            raise WorkNotFound
+        return list(reply)
+
+    async def owned(self, owner: str, wid: str) -> Owned | None:
+        """Read one of an account's works with its favorite count."""
+        key = f"{account_key(owner)}:work:{wid}"
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.get(key)
+            pipe.scard(f"{key}:fans")
+            raw, count = await pipe.execute()
+        return Owned(json.loads(raw), int(count)) if raw else None
+
+    async def favorited(self, me: str, wids: Sequence[str]) -> list[bool]:
+        """Tell which of these works I favorited."""
+        if not wids:
+            return []
+        scores = await self._redis.zmscore(f"{account_key(me)}:favs", list(wids))
+        return [score is not None for score in scores]
+
+    async def owner_of(self, me: str, wid: str) -> str:
+        """Return whose work this is: mine, or a published one's author; else 404."""
+        if await self._redis.exists(f"{account_key(me)}:work:{wid}"):
+            return me
+        owner = await self._square.owner(wid)
+        if owner is None:
+            raise WorkNotFound
+        return owner
+
+    async def publish(self, me: str, wid: str) -> dict[str, Any]:
+        """Mark my work published, then put it in the square (unless hidden)."""
+        _, raw, count, hidden = await self._run(me, "publish", wid, iso(now()))
+        record = json.loads(raw)
+        if not int(hidden):
+            await self._square.publish(square_work(record, int(count)), me)
+        return mine_view(record, int(count), (await self.favorited(me, [wid]))[0])
+
+    async def unpublish(self, me: str, wid: str) -> dict[str, Any]:
+        """Take my work off the square first, then mark it unpublished."""
+        if not await self._redis.exists(f"{account_key(me)}:work:{wid}"):
+            raise WorkNotFound
+        await self._square.remove(wid)
+        _, raw, count = await self._run(me, "unpublish", wid)
+        return mine_view(
+            json.loads(raw), int(count), (await self.favorited(me, [wid]))[0]
+        )
+
+    async def delete(self, me: str, wid: str) -> dict[str, Any]:
+        """Remove my work from the square, my library and its fans' favorites."""
+        if not await self._redis.exists(f"{account_key(me)}:work:{wid}"):
+            raise WorkNotFound
+        await self._square.remove(wid)
+        _, raw, fans = await self._run(me, "delete", wid)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for fan in fans:
+                fan_key = account_key(text(fan))
+                pipe.zrem(f"{fan_key}:favs", wid)
+                pipe.hdel(f"{fan_key}:favowner", wid)
+            await pipe.execute()
+        record: dict[str, Any] = json.loads(raw)
+        return record
+
+    async def favorite(self, me: str, wid: str, on: bool) -> None:
+        """Add or remove my favorite; the count is exact under any concurrency."""
+        if on:
+            owner = await self.owner_of(me, wid)
+        else:
+            found = await self._redis.hget(f"{account_key(me)}:favowner", wid)
+            owner = text(found) if found else await self.owner_of(me, wid)
+        try:
+            _, count, change, _, listed = await self._run(
+                owner, "favorite" if on else "unfavorite", wid, me
+            )
+        except WorkNotFound:
+            if on:
+                raise
+            count, change, listed = 0, 0, 0  # gone meanwhile: just forget it
+        mine = account_key(me)
+        if on:
+            sequence = await self._redis.hincrby(mine, "favseq", 1)
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.zadd(f"{mine}:favs", {wid: sequence}, nx=True)
+                pipe.hset(f"{mine}:favowner", wid, owner)
+                await pipe.execute()
+        else:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.zrem(f"{mine}:favs", wid)
+                pipe.hdel(f"{mine}:favowner", wid)
+                await pipe.execute()
+        if int(listed):
+            await self._square.set_favorites(wid, int(count), int(change))
+
+    async def report(self, me: str, wid: str, threshold: int) -> None:
+        """Count a distinct reporter; at the threshold the work leaves the square."""
+        owner = await self.owner_of(me, wid)
+        reply = await self._run(owner, "report", wid, me, threshold)
+        if text(reply[0]) == "HIDE":
+            await self._square.remove(wid)
+            await self._redis.hset(f"{_HIDDEN}", wid, owner)
+
+    async def restore(self, wid: str) -> bool:
+        """Bring a hidden work back to the square (an operator's decision)."""
+        owner = await self._redis.hget(_HIDDEN, wid)
+        if owner is None:
+            return False
+        _, raw, count = await self._run(text(owner), "restore", wid)
+        record = json.loads(raw)
+        if record.get("published_at"):
+            await self._square.publish(square_work(record, int(count)), text(owner))
+        await self._redis.hdel(_HIDDEN, wid)
+        return True
+
+    async def take_down(self, wid: str) -> bool:
+        """Unpublish any work by id (an operator's decision)."""
+        owner = await self._square.owner(wid)
+        if owner is None:
+            return False
+        await self.unpublish(owner, wid)
+        return True
+
+    async def page(
+        self, me: str, *, before: int | None, limit: int, favorite_only: bool
+    ) -> tuple[list[dict[str, Any]], int | None]:
+        """List my works newest first (only those I favorited, if asked)."""
+        key = account_key(me)
+        index = f"{key}:favs" if favorite_only else f"{key}:works"
+        top: int | str = f"({before}" if before is not None else "+inf"
+        rows: list[tuple[bytes, float]] = []
+        while True:
+            found: list[tuple[bytes, float]] = await self._redis.zrevrangebyscore(  # type: ignore[assignment]
+                index, top, "-inf", start=0, num=limit + 1, withscores=True
+            )
+            if not favorite_only:
+                rows = found
+                break
+            # my favorites include others' works: keep only my own
+            mine = (
+                await self._redis.hmget(
+                    f"{key}:favowner", [text(wid) for wid, _ in found]
+                )
+                if found
+                else []
+            )
+            rows += [
+                row
+                for row, owner in zip(found, mine, strict=True)
+                if owner and text(owner) == me
+            ]
+            if len(rows) > limit or len(found) <= limit:
+                break
+            top = f"({int(found[-1][1])}"
+        more = len(rows) > limit
+        rows = rows[:limit]
+        wids = [text(wid) for wid, _ in rows]
+        items = await self.views(me, wids)
+        return items, int(rows[-1][1]) if more and rows else None
+
+    async def views(self, me: str, wids: Sequence[str]) -> list[dict[str, Any]]:
+        """Render works of mine, in order, skipping any deleted meanwhile."""
+        key = account_key(me)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for wid in wids:
+                pipe.get(f"{key}:work:{wid}")
+                pipe.scard(f"{key}:work:{wid}:fans")
+            replies = await pipe.execute()
+        flags = await self.favorited(me, wids)
+        out = []
+        for index, flag in enumerate(flags):
+            raw, count = replies[2 * index], replies[2 * index + 1]
+            if raw:
+                out.append(mine_view(json.loads(raw), int(count), flag))
+        return out
+
+    async def favorites_page(
+        self, me: str, *, before: int | None, limit: int
+    ) -> tuple[list[dict[str, Any]], int | None]:
+        """List works I favorited, most recent favorite first."""
+        key = account_key(me)
+        top: int | str = f"({before}" if before is not None else "+inf"
+        found: list[tuple[bytes, float]] = await self._redis.zrevrangebyscore(  # type: ignore[assignment]
+            f"{key}:favs", top, "-inf", start=0, num=limit + 1, withscores=True
+        )
+        rows = found[:limit]
+        wids = [text(wid) for wid, _ in rows]
+        owners = await self._redis.hmget(f"{key}:favowner", wids) if wids else []
+        items = []
+        for wid, owner in zip(wids, owners, strict=True):
+            if owner is not None and text(owner) == me:
+                items += await self.views(me, [wid])
+            elif (work := await self._square.get(wid)) is not None:
+                items.append({**work.public(), "favorite": True})
+        more = len(found) > limit
+        return items, int(rows[-1][1]) if more and rows else None
+
+
+_HIDDEN: Final = "studio:square:{square}:hidden"

@@ -1,0 +1,352 @@
+"""Works, favorites, publishing and reports against the real app and Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from pytest_aiohttp import AiohttpClient
+from redis.asyncio import Redis
+
+from service.app import create_app
+from service.auth.accounts import AccountStore
+from service.auth.sessions import SessionStore
+from service.store.embedded import MailCatcher, RedisServer
+from service.studio.generations import GenerationStore
+from service.studio.ledger import Ledger
+from service.studio.media.store import DirectoryStore, new_key
+from service.studio.worker import _succeed_args
+
+from .conftest import TEST_SECRET, Client, SettingsFactory
+from .processes import studio_environ
+from .workbench import Finished, sign_in, studio_command
+
+Factory = Any
+
+
+@pytest.fixture
+def make_client(
+    aiohttp_client: AiohttpClient,
+    make_settings: SettingsFactory,
+    redis: Redis,
+    tmp_path: Path,
+) -> Factory:
+    """Build clients on the real app (several may share Redis, like processes)."""
+
+    async def factory() -> Client:
+        settings = make_settings(
+            STUDIO_MEDIA_DIR=str(tmp_path / "media"), STUDIO_DEMO_UPSTREAM="1"
+        )
+        return await aiohttp_client(create_app(settings))
+
+    return factory
+
+
+async def make_works(
+    redis: Redis, tmp_path: Path, account: str, count: int, kind: str = "image"
+) -> list[dict[str, Any]]:
+    """Finish a generation with `count` works whose media really exist."""
+    store = GenerationStore(redis)
+    media = DirectoryStore(tmp_path / "media")
+    gid = secrets.token_hex(10)
+    await store.submit(
+        account, gid, price=1, cap=1000, idempotency="", body_hash="h",
+        deadline=0, fields={"model": "seedream-4", "kind": kind, "prompt": "p",
+                            "size": "1024x1024", "count": count, "seed": 1},
+    )  # fmt: skip
+    works = []
+    for index in range(count):
+        key = new_key("png" if kind == "image" else "mp4")
+        thumb = new_key("webp")
+        await media.put(key, b"data")
+        await media.put(thumb, b"thumb")
+        work: dict[str, Any] = {
+            "id": secrets.token_hex(10), "generation_id": gid, "kind": kind,
+            "model": "seedream-4", "prompt": f"prompt {index}",
+            "media_url": media.url(key), "thumb_url": media.url(thumb),
+            "width": 1024, "height": 1024,
+            "content_type": "image/png" if kind == "image" else "video/mp4",
+            "created_at": "2026-11-23T10:00:00Z", "published_at": None,
+            "favorites": 0, "favorite": False, "media_key": key, "thumb_key": thumb,
+        }  # fmt: skip
+        if kind == "video":
+            work["duration"] = 5.0
+        works.append(work)
+    outcome, _ = await store.settle(account, gid, "succeed", *_succeed_args(works))
+    assert outcome == "OK"
+    return works
+
+
+async def _put(session: aiohttp.ClientSession, url: str, token: str) -> int:
+    async with session.put(url, headers={"Cookie": f"studio_session={token}"}) as r:
+        return r.status
+
+
+async def _square_ids(client: Client, **query: str) -> list[str]:
+    ids: list[str] = []
+    cursor = ""
+    while True:
+        params = {**query, "limit": "2", **({"cursor": cursor} if cursor else {})}
+        response = await client.get("/api/square", params=params)
+        assert response.status == 200, await response.text()
+        body = await response.json()
+        ids += [item["id"] for item in body["items"]]
+        if not body["next_cursor"]:
+            return ids
+        cursor = body["next_cursor"]
+
+
+async def test_my_works_list_read_and_page(
+    make_client: Factory, mail_server: MailCatcher, redis: Redis, tmp_path: Path
+) -> None:
+    """My library lists newest first in cursor pages; a work shows its generation."""
+    client = await make_client()
+    me = await sign_in(client, mail_server)
+    first = await make_works(redis, tmp_path, me["id"], 2)
+    second = await make_works(redis, tmp_path, me["id"], 1)
+    seen, cursor = [], ""
+    while True:
+        body = await (await client.get(f"/api/works?limit=2&cursor={cursor}")).json()
+        seen += [item["id"] for item in body["items"]]
+        if not body["next_cursor"]:
+            break
+        cursor = body["next_cursor"]
+    assert seen == [w["id"] for w in reversed(first + second)]
+    one = await (await client.get(f"/api/works/{first[0]['id']}")).json()
+    assert one["generation_id"] == first[0]["generation_id"]
+    assert one["favorites"] == 0
+    assert one["favorite"] is False
+    assert "media_key" not in one
+    for query in ("favorite=yes", "limit=0", "cursor=x", "sort=new"):
+        response = await client.get(f"/api/works?{query}")
+        assert response.status == 400
+
+
+async def test_another_persons_unpublished_work_is_404_like_a_missing_one(
+    make_client: Factory, mail_server: MailCatcher, redis: Redis, tmp_path: Path
+) -> None:
+    """Not 403: someone else's private work does not exist for me."""
+    owner, other = await make_client(), await make_client()
+    me = await sign_in(owner, mail_server)
+    await sign_in(other, mail_server)
+    (work,) = await make_works(redis, tmp_path, me["id"], 1)
+    for path in (f"/api/works/{work['id']}", "/api/works/doesnotexist"):
+        response = await other.get(path)
+        assert response.status == 404
+        assert await response.json() == {"error": "NOT_FOUND"}
+    for method, path in (
+        ("DELETE", f"/api/works/{work['id']}"),
+        ("POST", f"/api/works/{work['id']}/publish"),
+        ("PUT", f"/api/works/{work['id']}/favorite"),
+        ("POST", f"/api/works/{work['id']}/report"),
+    ):
+        kwargs: dict[str, Any] = (
+            {"json": {"reason": "spam"}} if "report" in path else {}
+        )
+        response = await other.request(method, path, **kwargs)
+        assert response.status == 404, (method, path)
+
+
+async def test_publish_puts_it_first_without_personal_data_and_unpublish_removes_it(
+    make_client: Factory, mail_server: MailCatcher, redis: Redis, tmp_path: Path
+) -> None:
+    """Published: first in every sort; unpublished: gone, on another process too."""
+    first_process, second_process = await make_client(), await make_client()
+    me = await sign_in(first_process, mail_server)
+    await sign_in(second_process, mail_server)
+    works = await make_works(redis, tmp_path, me["id"], 3)
+    for work in works:
+        response = await first_process.post(f"/api/works/{work['id']}/publish")
+        assert response.status == 200
+        assert (await response.json())["published_at"]
+        assert "RateLimit" in response.headers
+    newest = works[-1]["id"]
+    listed = await (await second_process.get("/api/square")).json()
+    assert listed["items"][0]["id"] == newest
+    item = listed["items"][0]
+    assert "generation_id" not in item
+    assert me["id"] not in json.dumps(listed)
+    assert me["email"] not in json.dumps(listed)
+    # every sort and kind, with pages in the second process's cache
+    views = [{}, {"sort": "top"}, {"kind": "image"}, {"sort": "top", "kind": "image"}]
+    for query in views:
+        assert newest in await _square_ids(second_process, **query)
+    gone = await first_process.delete(f"/api/works/{newest}/publish")
+    assert gone.status == 200
+    assert (await gone.json())["published_at"] is None
+    for query in views:
+        assert newest not in await _square_ids(second_process, **query)
+    assert (await second_process.get(f"/api/square/{newest}")).status == 404
+    mine = await (await first_process.get(f"/api/works/{newest}")).json()
+    assert mine["published_at"] is None
+
+
+async def test_delete_removes_the_work_its_media_and_others_favorites(
+    make_client: Factory, mail_server: MailCatcher, redis: Redis, tmp_path: Path
+) -> None:
+    """Deleting takes it off the square, out of fans' lists, and off the disk."""
+    owner, fan = await make_client(), await make_client()
+    me = await sign_in(owner, mail_server)
+    await sign_in(fan, mail_server)
+    (work,) = await make_works(redis, tmp_path, me["id"], 1)
+    await owner.post(f"/api/works/{work['id']}/publish")
+    assert (await fan.put(f"/api/works/{work['id']}/favorite")).status == 204
+    favorites = await (await fan.get("/api/favorites")).json()
+    assert [item["id"] for item in favorites["items"]] == [work["id"]]
+    response = await owner.delete(f"/api/works/{work['id']}")
+    assert response.status == 204
+    assert (await owner.get(f"/api/works/{work['id']}")).status == 404
+    assert work["id"] not in await _square_ids(fan)
+    assert (await (await fan.get("/api/favorites")).json())["items"] == []
+    media = DirectoryStore(tmp_path / "media")
+    assert not media.path(work["media_key"]).exists()
+    assert not media.path(work["thumb_key"]).exists()
+    assert (await owner.delete(f"/api/works/{work['id']}")).status == 404
+
+
+async def test_a_thousand_concurrent_favorites_count_exactly_a_thousand(
+    make_client: Factory,
+    mail_server: MailCatcher,
+    redis: Redis,
+    tmp_path: Path,
+) -> None:
+    """1000 accounts favorite one published work at once: the count is 1000."""
+    client = await make_client()
+    me = await sign_in(client, mail_server)
+    (work,) = await make_works(redis, tmp_path, me["id"], 1)
+    await client.post(f"/api/works/{work['id']}/publish")
+    ledger = Ledger(redis, trial_credits=0, expire_months=24)
+    accounts, sessions = AccountStore(redis, ledger), SessionStore(redis)
+    tokens = []
+    for index in range(1000):
+        account, _ = await accounts.open(f"{index:032x}", f"fan{index}@example.com")
+        token, _ = await sessions.create(account.id)
+        tokens.append(token)
+    url = str(client.make_url(f"/api/works/{work['id']}/favorite"))
+    # each fan its own cookie, nothing from the owner's jar
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as fans:
+        statuses = await asyncio.gather(*(_put(fans, url, token) for token in tokens))
+    assert set(statuses) == {204}
+    item = await (await client.get(f"/api/square/{work['id']}")).json()
+    mine = await (await client.get(f"/api/works/{work['id']}")).json()
+    assert mine["favorites"] == 1000
+    await asyncio.sleep(2.1)  # the square's page cache is fresh for 2 s
+    item = await (await client.get(f"/api/square/{work['id']}")).json()
+    assert item["favorites"] == 1000
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as fans:
+        assert await _put(fans, url, tokens[0]) == 204  # again: idempotent
+        cookie = {"Cookie": f"studio_session={tokens[0]}"}
+        async with fans.delete(url, headers=cookie) as undo:
+            assert undo.status == 204
+    assert (await (await client.get(f"/api/works/{work['id']}")).json())[
+        "favorites"
+    ] == 999
+
+
+async def test_top_sorts_by_favorites_and_pages_stay_stable_while_counts_change(
+    make_client: Factory, mail_server: MailCatcher, redis: Redis, tmp_path: Path
+) -> None:
+    """`top` ranks by favorites (ties newest first); a cursor keeps its snapshot."""
+    client, fan = await make_client(), await make_client()
+    me = await sign_in(client, mail_server)
+    await sign_in(fan, mail_server)
+    works = await make_works(redis, tmp_path, me["id"], 5)
+    (video,) = await make_works(redis, tmp_path, me["id"], 1, kind="video")
+    for work in [*works, video]:
+        await client.post(f"/api/works/{work['id']}/publish")
+    await fan.put(f"/api/works/{works[1]['id']}/favorite")
+    await asyncio.sleep(2.1)
+    ids = [w["id"] for w in works]
+    expected = [ids[1], video["id"], ids[4], ids[3], ids[2], ids[0]]
+    assert await _square_ids(client, sort="top") == expected
+    assert await _square_ids(client, kind="video") == [video["id"]]
+    # page 1, then a favorite moves a later item up, then page 2 and 3
+    page = await (await client.get("/api/square?sort=top&limit=2")).json()
+    seen = [item["id"] for item in page["items"]]
+    await fan.put(f"/api/works/{ids[0]}/favorite")
+    cursor = page["next_cursor"]
+    while cursor:
+        page = await (
+            await client.get(f"/api/square?sort=top&limit=2&cursor={cursor}")
+        ).json()
+        seen += [item["id"] for item in page["items"]]
+        cursor = page["next_cursor"]
+    assert sorted(seen) == sorted(expected)
+    assert len(seen) == len(set(seen))
+
+
+async def test_reports_hide_a_work_after_three_accounts_and_an_operator_restores(
+    make_client: Factory,
+    mail_server: MailCatcher,
+    redis: Redis,
+    redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    """Distinct reporters count once each; the owner's own report counts for nothing."""
+    owner = await make_client()
+    me = await sign_in(owner, mail_server)
+    (work,) = await make_works(redis, tmp_path, me["id"], 1)
+    await owner.post(f"/api/works/{work['id']}/publish")
+    path = f"/api/works/{work['id']}/report"
+    bad = await owner.post(path, json={"reason": ""})
+    assert bad.status == 400
+    assert await bad.json() == {"error": "BAD_REQUEST", "field": "reason"}
+    assert (await owner.post(path, json={"reason": "mine"})).status == 204
+    reporters = [await make_client() for _ in range(3)]
+    for reporter in reporters:
+        await sign_in(reporter, mail_server)
+    for _ in range(2):  # a repeated report by one account counts once
+        assert (await reporters[0].post(path, json={"reason": "spam"})).status == 204
+    assert (await reporters[1].post(path, json={"reason": "spam"})).status == 204
+    assert work["id"] in await _square_ids(owner)
+    response = await reporters[2].post(path, json={"reason": "spam"})
+    assert response.status == 204
+    assert "RateLimit" in response.headers
+    assert work["id"] not in await _square_ids(owner)
+    environ = studio_environ(
+        STUDIO_REDIS_URL=redis_server.url, STUDIO_SECRET_KEY=TEST_SECRET
+    )
+    restored = await studio_command("works", "restore", work["id"], environ=environ)
+    assert restored.returncode == 0, restored.stderr
+    assert work["id"] in await _square_ids(owner)
+    removed = await studio_command("works", "unpublish", work["id"], environ=environ)
+    assert removed.returncode == 0, removed.stderr
+    assert work["id"] not in await _square_ids(owner)
+    again = await studio_command("works", "unpublish", work["id"], environ=environ)
+    assert again.returncode == 1
+
+
+async def test_an_operator_grant_is_an_adjust_entry_and_an_event(
+    make_client: Factory,
+    mail_server: MailCatcher,
+    redis_server: RedisServer,
+) -> None:
+    """`studio credits grant EMAIL N --note` adds a bonus lot; refusals exit 1."""
+    client = await make_client()
+    me = await sign_in(client, mail_server)
+    environ = studio_environ(
+        STUDIO_REDIS_URL=redis_server.url, STUDIO_SECRET_KEY=TEST_SECRET
+    )
+
+    async def grant(*args: str) -> Finished:
+        return await studio_command("credits", "grant", *args, environ=environ)
+
+    done = await grant(me["email"], "25", "--note", "sorry for the outage")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "125"
+    body = await (await client.get("/api/credits")).json()
+    entry = body["entries"][0]
+    assert (entry["kind"], entry["amount"], entry["note"]) == (
+        "adjust", 25, "sorry for the outage",
+    )  # fmt: skip
+    assert [lot["kind"] for lot in body["lots"]] == ["trial", "bonus"]
+    assert (await grant(me["email"], "-500")).returncode == 1
+    assert (await grant("nobody@example.com", "5")).returncode == 1
+    taken = await grant(me["email"], "-125")
+    assert taken.returncode == 0
+    assert taken.stdout.strip() == "0"
