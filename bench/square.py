@@ -71,7 +71,11 @@ def main() -> None:
         )
         path = "/api/square"
         rows = {
-            "ours vs limits": compare((ours, path, None), (limits, path, None), args)
+            "ours vs limits": compare((ours, path, None), (limits, path, None), args),
+            # a `top` page reads a ranking snapshot: it should cost what `new` costs
+            "top vs new (ours)": compare(
+                (ours, path + "?sort=top", None), (ours, path, None), args
+            ),
         }
         args.non_2xx = True  # the flooding client is answered 429 on purpose
         rows["flood 429 vs bare"] = compare(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 from http import HTTPStatus
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import aiohttp_jinja2
 import jinja2
@@ -27,6 +28,7 @@ from .limits.http import (
 )
 from .settings import ROOT, Settings, SettingsError, variable
 from .square.feed import setup_square_routes
+from .square.page import work_page_handler
 from .store.clients import limiter_ctx, redis_ctx
 from .studio.context import (
     EMBEDDED_WORKER,
@@ -142,6 +144,12 @@ def _api(settings: Settings, security: SecurityHeaders) -> ApiBoundary:
     return api
 
 
+def _origin(url: str) -> str:
+    """Return scheme://host[:port] of a URL, or "" for none."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}" if parts.scheme and parts.netloc else ""
+
+
 async def freeze_startup_objects(app: web.Application) -> None:
     """Move everything built at start-up out of the garbage collector's sight.
 
@@ -178,7 +186,10 @@ def create_app(
         keep_trailing_newline=True,
     )
     css = (TEMPLATES_DIR / "site.css").read_text()
-    security = SecurityHeaders(https=settings.https, csp=content_security_policy(css))
+    media_origin = _origin(settings.workbench.media_public_url)
+    security = SecurityHeaders(
+        https=settings.https, csp=content_security_policy(css, media_origin)
+    )
     context = _template_context(settings, content, css)
     base_url = settings.base_url
     documents = render_documents(env, content, context, base_url, security)
@@ -190,11 +201,17 @@ def create_app(
     setup_public_routes(app, handlers)
     setup_media_routes(app)
     _api(settings, security).install(app)
+    error_pages = _error_pages(env, context, security)
+    not_found = web.Response(
+        body=error_pages[404].body, headers=error_pages[404].headers
+    )
+    app.router.add_get(
+        "/square/{work_id}",
+        work_page_handler(env, context, security, not_found),
+        name="square_page",
+    )
     app.router.add_route(
-        "*",
-        "/{tail:.*}",
-        fallback_handler(_error_pages(env, context, security), security),
-        name=FALLBACK,
+        "*", "/{tail:.*}", fallback_handler(error_pages, security), name=FALLBACK
     )
     app.cleanup_ctx.extend(
         [redis_ctx, limiter_ctx, mailer_ctx, studio_ctx, embedded_worker_ctx]

@@ -104,4 +104,10 @@ def test_the_app_has_no_aiohttp_middleware_signal_or_sub_app(
         "/api/generations/{gid}/cancel",
         "/api/uploads",
         "/api/events",
+        "/api/works",
+        "/api/works/{wid}",
+        "/api/works/{wid}/publish",
+        "/api/works/{wid}/favorite",
+        "/api/works/{wid}/report",
+        "/api/favorites",
     }

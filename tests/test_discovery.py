@@ -135,12 +135,12 @@ async def test_openapi_is_valid_31_and_lists_exactly_the_routed_public_paths(
     spec = await response.json()
     OpenAPIV31SpecValidator(spec).validate()
     assert spec["openapi"].startswith("3.1")
-    # Everything the root app routes, except the internal /api, the media the
-    # workbench serves (CONTRACT §6, outside the public contract) and the fallback.
+    # Everything the root app routes, except the internal /api, the media and
+    # work pages (CONTRACT §6, outside the public contract) and the fallback.
     routed = {
         resource.canonical
         for resource in client.app.router.resources()
-        if not resource.canonical.startswith(("/api/", "/media/"))
+        if not resource.canonical.startswith(("/api/", "/media/", "/square/"))
         and resource.name != FALLBACK
     }
     assert set(spec["paths"]) == routed == SPEC_PATHS == {r.path for r in PUBLIC_ROUTES}

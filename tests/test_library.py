@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import lxml.html
 import pytest
 from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
@@ -16,6 +17,7 @@ from redis.asyncio import Redis
 from service.app import create_app
 from service.auth.accounts import AccountStore
 from service.auth.sessions import SessionStore
+from service.keys import SETTINGS
 from service.store.embedded import MailCatcher, RedisServer
 from service.studio.generations import GenerationStore
 from service.studio.ledger import Ledger
@@ -350,3 +352,43 @@ async def test_an_operator_grant_is_an_adjust_entry_and_an_event(
     taken = await grant(me["email"], "-125")
     assert taken.returncode == 0
     assert taken.stdout.strip() == "0"
+
+
+async def test_a_published_work_has_a_page_that_previews_when_shared(
+    make_client: Factory, mail_server: MailCatcher, redis: Redis, tmp_path: Path
+) -> None:
+    """/square/{id}: OpenGraph and Twitter tags, a canonical URL; 404 once private."""
+    client = await make_client()
+    me = await sign_in(client, mail_server)
+    (work,) = await make_works(redis, tmp_path, me["id"], 1, kind="video")
+    assert (await client.get(f"/square/{work['id']}")).status == 404
+    await client.post(f"/api/works/{work['id']}/publish")
+    response = await client.get(f"/square/{work['id']}")
+    assert response.status == 200
+    assert response.headers["Content-Type"] == "text/html; charset=utf-8"
+    assert "script-src" not in response.headers["Content-Security-Policy"]
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+    page = lxml.html.fromstring(await response.text())
+    meta = {
+        node.get("property") or node.get("name"): node.get("content")
+        for node in page.iter("meta")
+    }
+    base = client.app[SETTINGS].base_url
+    assert meta["og:title"] == work["prompt"]
+    assert meta["og:type"] == "video.other"
+    assert meta["og:video"] == base + work["media_url"]
+    assert meta["og:image"] == base + work["thumb_url"]
+    assert meta["twitter:card"] == "player"
+    (canonical,) = page.xpath("//link[@rel='canonical']/@href")
+    assert canonical.endswith(f"/square/{work['id']}")
+    assert page.xpath("//video/source/@src") == [work["media_url"]]
+    assert page.xpath("//a[contains(., 'workbench')]/@href")
+    assert me["email"] not in await response.text()
+    await client.delete(f"/api/works/{work['id']}/publish")
+    gone = await client.get(f"/square/{work['id']}")
+    assert gone.status == 404
+    assert gone.headers["Content-Type"].startswith("text/html")
+    robots = await (await client.get("/robots.txt")).text()
+    assert "Disallow: /square" not in robots
+    sitemap = await (await client.get("/sitemap.xml")).text()
+    assert "/square/" not in sitemap

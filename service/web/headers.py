@@ -13,13 +13,14 @@ from aiohttp.typedefs import Handler
 from ..api.boundary import ApiBoundary
 
 
-def content_security_policy(inline_style: str) -> str:
-    """Allow exactly our one inline stylesheet and nothing scripted."""
+def content_security_policy(inline_style: str, media_origin: str = "") -> str:
+    """Allow exactly our one inline stylesheet, our media, and nothing scripted."""
     digest = base64.b64encode(hashlib.sha256(inline_style.encode()).digest()).decode()
+    media = f"'self' {media_origin}".strip()
     return (
         "default-src 'none'; "
         f"style-src 'sha256-{digest}'; "
-        "img-src 'self' data:; "
+        f"img-src {media} data:; media-src {media}; "
         "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
     )
 
