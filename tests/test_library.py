@@ -168,6 +168,10 @@ async def test_publish_puts_it_first_without_personal_data_and_unpublish_removes
         assert (await response.json())["published_at"]
         assert "RateLimit" in response.headers
     newest = works[-1]["id"]
+    generation = await (
+        await first_process.get(f"/api/generations/{works[0]['generation_id']}")
+    ).json()
+    assert all(work["published_at"] for work in generation["works"])
     listed = await (await second_process.get("/api/square")).json()
     assert listed["items"][0]["id"] == newest
     item = listed["items"][0]

@@ -34,6 +34,7 @@ from ..keys import (
     SESSION,
     SETTINGS,
     UPSTREAMS,
+    WORKS,
 )
 from ..limits.http import enforce
 from .events import CLOSE
@@ -287,7 +288,7 @@ async def list_generations(request: web.Request) -> web.StreamResponse:
     )
     return json_response(
         {
-            "items": [view(item) for item in items],
+            "items": [await _live(request, view(item)) for item in items],
             "next_cursor": f"g{last}" if last else None,
         }
     )
@@ -307,7 +308,16 @@ async def get_generation(request: web.Request) -> web.StreamResponse:
     )
     if fields is None:
         raise ApiError(404, "NOT_FOUND")
-    return _generation(fields)
+    return json_response(await _live(request, view(fields)))
+
+
+async def _live(request: web.Request, generation: dict[str, Any]) -> dict[str, Any]:
+    """Show a finished generation's works as they are now: published, favorited."""
+    if generation["works"]:
+        ids = [work["id"] for work in generation["works"]]
+        live = await request.config_dict[WORKS].views(_account(request), ids)
+        generation["works"] = live  # a deleted work is no longer listed
+    return generation
 
 
 async def cancel(request: web.Request) -> web.StreamResponse:
