@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -116,7 +115,8 @@ def test_two_processes_sharing_redis_share_one_budget(
     variables = {
         "STUDIO_REDIS_URL": redis_server.url,
         "STUDIO_SECRET_KEY": TEST_SECRET,
-        **_limits("gallery", 3601, 3600, 7),
+        # T = 1 h: no token comes back however slowly a busy machine runs the test.
+        **_limits("gallery", 8, 3600, 7),
     }
     with sync_redis.Redis.from_url(redis_server.url) as probe:
         for stale in probe.scan_iter("studio:rl:*"):
@@ -273,13 +273,11 @@ def test_public_endpoints_have_no_rate_limit(redis_server: RedisServer) -> None:
         "STUDIO_SECRET_KEY": TEST_SECRET,
         **_limits("gallery", 2, 3600, 1),
     }
-    started = time.monotonic()
     with running("serve", variables) as (base, _):
         for _ in range(50):
             with urllib.request.urlopen(f"{base}/en") as response:
                 assert response.status == 200
                 assert "RateLimit" not in response.headers
-    assert time.monotonic() - started < 30
 
 
 async def test_a_remembered_denial_answers_like_the_first_one(

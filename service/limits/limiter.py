@@ -19,7 +19,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError
 
-from ..store.deadline import within
+from ..store.deadline import PATIENCE, Deadline, within
 
 _LUA: Final = Path(__file__).parent / "lua"
 GCRA_SCRIPT: Final = (_LUA / "gcra.lua").read_text()
@@ -27,8 +27,12 @@ REFUND_SCRIPT: Final = (_LUA / "refund.lua").read_text()
 _NAME: Final = re.compile(r"^[a-z][a-z0-9-]*$")
 _SUBJECT: Final = re.compile(r"^[A-Za-z0-9:./_-]+$")
 MICROS: Final = 1_000_000
-# A decision never waits longer than this for Redis.
+# A decision never waits longer than this for Redis (see Deadline for how a busy
+# event loop's own delays are kept out of it).
 DECISION_BUDGET_SECONDS: Final = 0.1
+# The client's own timeouts only free connections to a hung server: they run on
+# plain loop timers, which a stalled loop fires late over replies already read.
+CLIENT_BACKSTOP_SECONDS: Final = DECISION_BUDGET_SECONDS * PATIENCE
 # Connections of the limiter's pool.
 POOL_SIZE: Final = 16
 # Decisions that arrive in the same event-loop turn share one pipelined round trip.
@@ -222,8 +226,10 @@ class _Batcher:
 
     Each call stays its own atomic script run; only the network trip is shared,
     so concurrent requests cost one write and one read instead of one each. A
-    batch has one deadline: past it, every caller still waiting gets a
-    TimeoutError at once, while the late pipeline finishes on its own.
+    batch has one deadline, counted from when its pipeline goes out: past it,
+    every caller still waiting gets a TimeoutError at once, while the late
+    pipeline finishes on its own. A reply that came in while the loop was busy
+    elsewhere is still used (see Deadline).
     """
 
     def __init__(self, redis: Redis, script: str, budget: float) -> None:
@@ -244,17 +250,17 @@ class _Batcher:
         return future
 
     def _flush(self) -> None:
-        loop = asyncio.get_running_loop()
         while self._queue:
             batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
-            futures = [future for _, _, future in batch]
-            deadline = loop.call_later(self._budget, _expire, futures)
             task = asyncio.ensure_future(self._run(batch))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
-            task.add_done_callback(partial(_cancel, deadline))
 
     async def _run(self, batch: list[tuple[list[str], list[int | str], Any]]) -> None:
+        # The budget starts as the pipeline is sent, not when the batch was queued:
+        # a loop too busy to start this task has not waited on Redis.
+        futures = [future for _, _, future in batch]
+        deadline = Deadline(self._budget, partial(_expire, futures))
         try:
             replies = await self._send(batch)
             if any(isinstance(r, NoScriptError) for r in replies):
@@ -262,6 +268,8 @@ class _Batcher:
                 replies = await self._send(batch)
         except Exception as err:
             replies = [err] * len(batch)
+        finally:
+            deadline.cancel()
         for (_, _, future), reply in zip(batch, replies, strict=True):
             if future.done():
                 continue  # its caller gave up at the deadline
@@ -277,10 +285,6 @@ class _Batcher:
             for keys, args, _ in batch:
                 pipe.evalsha(self._sha, len(keys), *keys, *args)
             return list(await pipe.execute(raise_on_error=False))
-
-
-def _cancel(timer: asyncio.TimerHandle, _: object) -> None:
-    timer.cancel()
 
 
 def _expire(futures: list[asyncio.Future[Any]]) -> None:
@@ -316,13 +320,17 @@ class Limiter:
 
     @classmethod
     def from_url(cls, url: str) -> Limiter:
-        """Build a limiter with its own pool: no retries, 100 ms timeouts."""
+        """Build a limiter with its own pool: no retries, a 100 ms budget per call.
+
+        The budget is kept by the limiter's own deadlines; the pool's timeouts
+        are only a backstop (CLIENT_BACKSTOP_SECONDS).
+        """
         pool = BlockingConnectionPool.from_url(
             url,
             max_connections=POOL_SIZE,
-            timeout=DECISION_BUDGET_SECONDS,
-            socket_timeout=DECISION_BUDGET_SECONDS,
-            socket_connect_timeout=DECISION_BUDGET_SECONDS,
+            timeout=CLIENT_BACKSTOP_SECONDS,
+            socket_timeout=CLIENT_BACKSTOP_SECONDS,
+            socket_connect_timeout=CLIENT_BACKSTOP_SECONDS,
         )
         return cls(Redis(connection_pool=pool, retry=Retry(NoBackoff(), 0)))
 

@@ -66,7 +66,7 @@ async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 async def limiter_ctx(app: web.Application) -> AsyncIterator[None]:
-    """Give the limiter its own pool: no retries, 50 ms socket timeouts."""
+    """Give the limiter its own pool: no retries, its own deadlines per decision."""
     limiter = Limiter.from_url(app[SETTINGS].redis_url)
     app[LIMITER] = limiter
     yield

@@ -1,33 +1,96 @@
-"""Answer within a budget even when the operation's own cleanup is slow."""
+"""Answer within a budget of the peer's time, not of the event loop's."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
-from typing import Final, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
 
 T = TypeVar("T")
+# Once a budget is spent, the verdict waits for one more timer this far ahead, so
+# the loop first reads and runs whatever answer came in while it was busy.
+SETTLE_SECONDS: Final = 0.005
+# A timer this late means the loop was stalled (a collection, another coroutine's
+# CPU work, a busy machine), not that the peer was slow.
+STALL_SECONDS: Final = 0.01
+# However stalled the loop keeps getting, a deadline gives up after this many
+# budgets.
+PATIENCE: Final = 10
 # Operations abandoned at their deadline, kept alive until they finish on their own.
-_ABANDONED: Final[set[asyncio.Future[object]]] = set()
+_ABANDONED: Final[set[asyncio.Future[Any]]] = set()
 
 
-def _reap(future: asyncio.Future[object]) -> None:
+class Deadline:
+    """Call `expire` once `seconds` have passed and the loop has read its sockets.
+
+    After a stall, a timer and a reply that arrived during the stall become
+    ready together, and the timer's callback can run before the task that reads
+    the reply (asyncio runs it first; uvloop runs timers before it even polls).
+    So a spent budget starts a short settle period instead of a verdict, and a
+    settle timer that fires late (the loop stalled again) starts another. A
+    settle timer on time expires, after the tasks already woken have had their
+    turn; after PATIENCE budgets, a late one does too.
+    """
+
+    def __init__(self, seconds: float, expire: Callable[[], object]) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._expire = expire
+        self._give_up = self._loop.time() + seconds * PATIENCE
+        self._handle: asyncio.Handle = self._loop.call_later(seconds, self._settle)
+
+    def _settle(self) -> None:
+        due = self._loop.time() + SETTLE_SECONDS
+        self._handle = self._loop.call_at(due, self._verdict, due)
+
+    def _verdict(self, due: float) -> None:
+        now = self._loop.time()
+        if now - due > STALL_SECONDS and now < self._give_up:
+            self._settle()
+        else:
+            # Queued behind the steps of tasks whose replies were already read.
+            self._handle = self._loop.call_soon(self._expire)
+
+    def cancel(self) -> None:
+        """Stop the deadline: the operation has finished."""
+        self._handle.cancel()
+
+
+def _reap(future: asyncio.Future[Any]) -> None:
     _ABANDONED.discard(future)
     if not future.cancelled():
         future.exception()  # retrieved: an abandoned failure is expected, not news
 
 
+def _abandon(future: asyncio.Future[Any]) -> None:
+    _ABANDONED.add(future)
+    future.add_done_callback(_reap)
+
+
 async def within(seconds: float, operation: Awaitable[T]) -> T:
     """Return the operation's result, or raise TimeoutError after `seconds`.
 
-    Cancelling a Redis call mid-flight makes the client close its connection,
-    which can itself wait on a silent peer; the caller should not. A late
-    operation is left to finish (or time out at the socket) in the background.
+    The seconds are the peer's: a result that has arrived is used even if the
+    loop was too busy to notice it in time (see Deadline). Cancelling a Redis
+    call mid-flight makes the client close its connection, which can itself
+    wait on a silent peer; the caller should not. A late operation is left to
+    finish (or time out at the socket) in the background.
     """
     future = asyncio.ensure_future(operation)
+    waiter = asyncio.get_running_loop().create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    future.add_done_callback(wake)
+    deadline = Deadline(seconds, wake)
     try:
-        return await asyncio.wait_for(asyncio.shield(future), seconds)
-    except TimeoutError:
-        _ABANDONED.add(future)  # type: ignore[arg-type]
-        future.add_done_callback(_reap)  # type: ignore[arg-type]
-        raise
+        await waiter
+    finally:
+        deadline.cancel()
+        future.remove_done_callback(wake)
+        if not future.done():
+            _abandon(future)
+    if future.done():
+        return future.result()
+    raise TimeoutError(f"no answer within {seconds} s")

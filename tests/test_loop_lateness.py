@@ -1,0 +1,260 @@
+"""A busy event loop is not a slow Redis: replies that came in are used, hangs fail."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import socket
+import time
+import uuid
+from collections.abc import Callable, Coroutine, Iterable, Iterator
+from typing import Any
+
+import pytest
+from redis.asyncio import Connection
+
+from service.limits.limiter import (
+    DECISION_BUDGET_SECONDS,
+    Limiter,
+    LimiterUnavailable,
+    Policy,
+)
+from service.store.deadline import PATIENCE, SETTLE_SECONDS, within
+from service.store.embedded import MailCatcher, RedisServer
+
+from .chaos import HangingProxy
+from .conftest import Client
+
+# Longer than a decision's budget, so the deadline falls inside the stall.
+STALL = 1.5 * DECISION_BUDGET_SECONDS
+POLICY = Policy("lateness", 100_000, 60, 50_000)
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+
+def _loop_factories() -> list[Any]:
+    """Run on asyncio's loop and on uvloop (production's), which runs timers first."""
+    factories = [pytest.param(asyncio.new_event_loop, id="asyncio")]
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        factories.append(pytest.param(uvloop.new_event_loop, id="uvloop"))
+    return factories
+
+
+def _run(factory: LoopFactory, main: Coroutine[Any, Any, None]) -> None:
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(main)
+
+
+def _address() -> str:
+    return f"busy-{uuid.uuid4().hex[:10]}@example.com"
+
+
+def _busy(seconds: float) -> None:
+    """Keep the CPU, and so the event loop, busy: what heavy request work does."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Keep a full collection over earlier tests' garbage out of a timed section."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _stalling_after_write(stalls: list[float]) -> type[Connection]:
+    """Build a connection class that stalls the loop right after a request is out."""
+
+    class StallAfterWrite(Connection):
+        async def _send_packed_command(self, command: Iterable[bytes]) -> None:
+            await super()._send_packed_command(command)
+            if stalls:
+                _busy(stalls.pop())  # Redis answers while the loop is busy
+
+    return StallAfterWrite
+
+
+@pytest.mark.parametrize("factory", _loop_factories())
+def test_a_reply_that_came_in_while_the_loop_was_busy_is_used(
+    redis_server: RedisServer, factory: LoopFactory
+) -> None:
+    """The loop stalls past the deadline right after the pipeline is written."""
+
+    async def main() -> None:
+        limiter = Limiter.from_url(redis_server.url)
+        stalls: list[float] = []
+        limiter.redis.connection_pool.connection_class = _stalling_after_write(stalls)
+        try:
+            assert (await limiter.check("test:warm", [POLICY])).allowed
+            for attempt in range(3):
+                stalls.append(STALL)
+                decision = await limiter.check(f"test:stalled-{attempt}", [POLICY])
+                assert decision.allowed
+                assert not stalls, "the stall happened"
+            assert limiter.breaker.failures == 0
+        finally:
+            await limiter.aclose()
+
+    _run(factory, main())
+
+
+@pytest.mark.parametrize("factory", _loop_factories())
+def test_a_decision_queued_behind_a_busy_loop_is_allowed(
+    redis_server: RedisServer, factory: LoopFactory
+) -> None:
+    """Time the loop spends elsewhere before the pipeline is sent is not Redis's."""
+
+    async def main() -> None:
+        limiter = Limiter.from_url(redis_server.url)
+        loop = asyncio.get_running_loop()
+        try:
+            assert (await limiter.check("test:warm", [POLICY])).allowed
+            for attempt in range(3):
+                decision = asyncio.ensure_future(
+                    limiter.check(f"test:queued-{attempt}", [POLICY])
+                )
+                await asyncio.sleep(0)  # the decision is queued for sending
+                loop.call_soon(_busy, STALL)
+                assert (await decision).allowed
+            assert limiter.breaker.failures == 0
+        finally:
+            await limiter.aclose()
+
+    _run(factory, main())
+
+
+@pytest.mark.parametrize("factory", _loop_factories())
+def test_within_uses_an_answer_that_came_in_while_the_loop_was_busy(
+    factory: LoopFactory,
+) -> None:
+    """The square's and the refund's deadline read a waiting answer before failing."""
+
+    async def main() -> None:
+        ours, theirs = socket.socketpair()
+        reader, writer = await asyncio.open_connection(sock=ours)
+        try:
+            answer = asyncio.ensure_future(within(0.05, reader.readexactly(2)))
+            for _ in range(3):
+                await asyncio.sleep(0)  # the read is waiting and the deadline armed
+            theirs.sendall(b"ok")
+            _busy(STALL)
+            assert await answer == b"ok"
+        finally:
+            writer.close()
+            theirs.close()
+
+    _run(factory, main())
+
+
+async def test_within_gives_up_on_a_silent_peer_without_cutting_the_read() -> None:
+    """No answer: TimeoutError after the budget; the abandoned read is not cut."""
+    ours, theirs = socket.socketpair()
+    reader, writer = await asyncio.open_connection(sock=ours)
+    read = asyncio.ensure_future(reader.readexactly(2))
+    try:
+        with _collector_paused():
+            started = time.monotonic()
+            with pytest.raises(TimeoutError):
+                await within(0.05, read)
+            took = time.monotonic() - started
+        assert 0.05 <= took < 0.05 + SETTLE_SECONDS + 0.1
+        theirs.sendall(b"ok")
+        assert await read == b"ok"
+    finally:
+        writer.close()
+        theirs.close()
+
+
+async def test_a_hung_redis_still_fails_the_decision_within_its_budget(
+    redis_server: RedisServer,
+) -> None:
+    """A server that accepts and never answers costs one budget, not more."""
+    proxy = HangingProxy(redis_server.port)
+    proxy.hang = True
+    await proxy.start()
+    limiter = Limiter.from_url(proxy.url)
+    try:
+        for attempt in range(3):
+            with _collector_paused():
+                started = time.monotonic()
+                with pytest.raises(LimiterUnavailable):
+                    await limiter.check(f"test:hung-{attempt}", [POLICY])
+                took = time.monotonic() - started
+            assert DECISION_BUDGET_SECONDS <= took < 1.5 * DECISION_BUDGET_SECONDS
+        assert limiter.breaker.failures == 3
+    finally:
+        await limiter.aclose()
+        await proxy.stop()
+
+
+async def test_a_hung_redis_fails_even_while_the_loop_stays_busy(
+    redis_server: RedisServer,
+) -> None:
+    """Late timers only postpone the verdict: after PATIENCE budgets it fails."""
+    proxy = HangingProxy(redis_server.port)
+    proxy.hang = True
+    await proxy.start()
+    limiter = Limiter.from_url(proxy.url)
+    busy = True
+
+    async def hog() -> None:
+        while busy:
+            _busy(0.03)  # every settle timer fires late: the loop looks stalled
+            await asyncio.sleep(0)
+
+    hogging = asyncio.ensure_future(hog())
+    try:
+        started = time.monotonic()
+        with pytest.raises(LimiterUnavailable):
+            await limiter.check("test:hung-busy", [POLICY])
+        took = time.monotonic() - started
+        assert took >= PATIENCE * DECISION_BUDGET_SECONDS
+        assert took < 2 * PATIENCE * DECISION_BUDGET_SECONDS
+    finally:
+        busy = False
+        await hogging
+        await limiter.aclose()
+        await proxy.stop()
+
+
+async def test_sign_in_on_a_cpu_bound_event_loop_never_answers_503(
+    client: Client,
+    mail_server: MailCatcher,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Another coroutine's CPU work delays sign-in; a healthy Redis never refuses it."""
+    # A running service has its connections open before such work comes along.
+    warm = await client.post("/api/auth/code", json={"email": _address()})
+    assert warm.status == 200
+    busy = True
+
+    async def hog() -> None:
+        while busy:  # each slice outlasts a decision's budget; a few turns between
+            _busy(STALL)
+            for _ in range(10):
+                await asyncio.sleep(0)
+
+    valid = [_address()]
+    invalid = ["user@[127.0.0.1]", "not-an-address", "a@b"]
+    statuses = []
+    hogging = asyncio.ensure_future(hog())
+    try:
+        with caplog.at_level(logging.WARNING):
+            for email in invalid + valid:
+                response = await client.post("/api/auth/code", json={"email": email})
+                statuses.append(response.status)
+    finally:
+        busy = False
+        await hogging
+    assert statuses == [400] * len(invalid) + [200] * len(valid)
+    assert "limiter unavailable" not in caplog.text
+    sent = {message["To"] for message in mail_server.messages}
+    assert set(valid) <= sent
