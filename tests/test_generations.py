@@ -420,12 +420,14 @@ async def test_events_stream_the_balance_and_a_generations_progress(
                     name = line[7:]
                 elif line.startswith("data: "):
                     events.append((name, json.loads(line[6:])))
+                    opened.set()  # the snapshot came: the stream is subscribed
                     data = events[-1][1]
                     if name == "generation" and data["status"] == "succeeded":
                         return
 
+    opened = asyncio.Event()
     listener = asyncio.create_task(listen())
-    await asyncio.sleep(0.3)
+    await asyncio.wait_for(opened.wait(), 10)
     generation = await _submit(client)
     with worker_process(studio_env):
         await asyncio.wait_for(listener, 30)
