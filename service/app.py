@@ -26,8 +26,8 @@ from .limits.http import (
     setup_ratelimit,
     setup_remembered_denials,
 )
-from .settings import ROOT, Settings, SettingsError, variable
-from .square.feed import setup_square_routes
+from .settings import PACKAGE, Settings, SettingsError, variable
+from .square.feed import VERSION as SQUARE_VERSION, setup_square_routes
 from .square.page import work_page_handler
 from .store.clients import limiter_ctx, redis_ctx
 from .studio.context import (
@@ -45,8 +45,9 @@ from .web.headers import SecurityHeaders, content_security_policy, setup_headers
 from .web.openapi import media_for
 from .web.representation import Representation, prepare, respond
 from .web.routes import PUBLIC_ROUTES, setup_public_routes
+from .web.workbench import setup_workbench_routes
 
-TEMPLATES_DIR: Final = ROOT / "templates"
+TEMPLATES_DIR: Final = PACKAGE / "templates"
 # Internal JSON bodies are small; anything bigger is refused with 413 before parsing.
 MAX_BODY_BYTES: Final = 16 * 1024
 
@@ -101,8 +102,14 @@ def _api(settings: Settings, security: SecurityHeaders) -> ApiBoundary:
     routes = {
         # The square fails open (a local bucket) when Redis is gone: browsing is
         # harmless. Sign-in fails closed: it sends mail and guards accounts.
-        "square_list": RouteLimit((limits["gallery"],), fail_open=True),
-        "square_item": RouteLimit((limits["gallery"],), fail_open=True),
+        # The square's version rides along with the gallery decision, so a
+        # cached page is checked against removals at no extra round trip.
+        "square_list": RouteLimit(
+            (limits["gallery"],), fail_open=True, read_along=SQUARE_VERSION
+        ),
+        "square_item": RouteLimit(
+            (limits["gallery"],), fail_open=True, read_along=SQUARE_VERSION
+        ),
         "auth_code": RouteLimit((limits["code-ip"],), fail_open=False),
         "auth_verify": RouteLimit((limits["verify-ip"],), fail_open=False),
     }
@@ -200,6 +207,7 @@ def create_app(
     app[SECURITY] = security
     setup_public_routes(app, handlers)
     setup_media_routes(app)
+    setup_workbench_routes(app, env, context, security)
     _api(settings, security).install(app)
     error_pages = _error_pages(env, context, security)
     not_found = web.Response(

@@ -49,3 +49,5 @@ CLIENT: Final = web.RequestKey("client", str)
 # Redis already failed this request (the limiter fell back): do not wait on it again.
 DEGRADED: Final = web.RequestKey("degraded", bool)
 DECISIONS: Final = web.RequestKey("decisions", list[Decision])
+# A value the limiter read for the handler in its own round trip (None: not read).
+READ_ALONG: Final = web.RequestKey["bytes | None"]("read_along")

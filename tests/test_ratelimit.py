@@ -357,3 +357,32 @@ def test_the_fallback_continues_from_what_redis_last_said() -> None:
     spent = LocalBuckets().check("ip4:9.9.9.9", [policy], cost=10)
     local.observe("ip4:9.9.9.9", spent)
     assert not local.check("ip4:9.9.9.9", [policy]).allowed
+
+
+async def test_a_key_read_along_shares_the_decisions_round_trip(
+    redis: Redis, redis_server: RedisServer
+) -> None:
+    """Decisions of one turn and the key they read along cost one pipeline."""
+    limiter = Limiter.from_url(redis_server.url)
+    wide = Policy("wide", 100, 60, 50)
+    await redis.set("test:along", b"7")
+    try:
+        await limiter.check("test:warm", [wide])  # script loaded, connection open
+        before = await redis.info("commandstats")
+        results = await asyncio.gather(
+            *(
+                limiter.check_reading(f"test:along{i}", [wide], "test:along")
+                for i in range(10)
+            )
+        )
+        after = await redis.info("commandstats")
+    finally:
+        await limiter.aclose()
+    assert all(decision.allowed and value == b"7" for decision, value in results)
+
+    def calls(name: str) -> int:
+        return int(after[name]["calls"]) - int(before.get(name, {"calls": 0})["calls"])
+
+    # each script GETs its one bucket; the read along is one more GET, not ten
+    assert calls("cmdstat_evalsha") == 10
+    assert calls("cmdstat_get") == 10 + 1

@@ -13,7 +13,7 @@ from aiohttp.typedefs import Handler
 
 from ..api.boundary import ApiBoundary, route_name
 from ..api.errors import UNAVAILABLE_RETRY_AFTER, ApiError
-from ..keys import CLIENT, DECISIONS, DEGRADED, LIMITER
+from ..keys import CLIENT, DECISIONS, DEGRADED, LIMITER, READ_ALONG
 from ..web.headers import SecurityHeaders
 from .client_ip import ClientNamer, IPNetwork
 from .limiter import (
@@ -36,6 +36,9 @@ class RouteLimit:
 
     policies: tuple[Policy, ...]
     fail_open: bool
+    # A key whose value the route's handler needs, read in the limiter's round
+    # trip (request[READ_ALONG]); None where the limiter could not be asked.
+    read_along: str = ""
 
 
 def _problem(decision: Decision) -> dict[str, Any]:
@@ -106,12 +109,21 @@ class _RememberedDenials:
 
 
 async def enforce(
-    request: web.Request, subject: str, policies: Sequence[Policy], *, fail_open: bool
+    request: web.Request,
+    subject: str,
+    policies: Sequence[Policy],
+    *,
+    fail_open: bool,
+    read_along: str = "",
 ) -> None:
     """Charge a subject's policies for this request, or raise 429 (or 503)."""
     app = request.config_dict
     try:
-        decision = await app[LIMITER].check(subject, policies)
+        decision, value = await app[LIMITER].check_reading(
+            subject, policies, read_along
+        )
+        if read_along:
+            request[READ_ALONG] = value
     except LimiterUnavailable:
         if not fail_open:
             _LOGGER.warning("limiter unavailable: refusing %s", request.rel_url.path)
@@ -208,11 +220,21 @@ def setup_ratelimit(api: ApiBoundary, *, routes: Mapping[str, RouteLimit]) -> No
     def layer(route: web.RouteDef, handler: Handler) -> Handler:
         if (limit := routes.get(route_name(route))) is None:
             return handler
-        policies, fail_open = limit.policies, limit.fail_open
+        policies, fail_open, read_along = (
+            limit.policies,
+            limit.fail_open,
+            limit.read_along,
+        )
 
         async def limited(request: web.Request) -> web.StreamResponse:
             """Charge the buckets of the client named by the outer layer."""
-            await enforce(request, request[CLIENT], policies, fail_open=fail_open)
+            await enforce(
+                request,
+                request[CLIENT],
+                policies,
+                fail_open=fail_open,
+                read_along=read_along,
+            )
             return await handler(request)
 
         return limited

@@ -226,6 +226,8 @@ class _Batcher:
 
     Each call stays its own atomic script run; only the network trip is shared,
     so concurrent requests cost one write and one read instead of one each. A
+    caller may name a key to read along (a GET in the same pipeline, once per
+    batch): a value read after the caller arrived, at no extra round trip. A
     batch has one deadline, counted from when its pipeline goes out: past it,
     every caller still waiting gets a TimeoutError at once, while the late
     pipeline finishes on its own. A reply that came in while the loop was busy
@@ -237,16 +239,18 @@ class _Batcher:
         self._budget = budget
         self._script = script
         self._sha = hashlib.sha1(script.encode()).hexdigest()
-        self._queue: list[tuple[list[str], list[int | str], asyncio.Future[Any]]] = []
+        self._queue: list[_Call] = []
         self._running: set[asyncio.Task[None]] = set()
 
-    def submit(self, keys: list[str], args: list[int | str]) -> asyncio.Future[Any]:
-        """Queue one script run; its reply (or error) arrives on the future."""
+    def submit(
+        self, keys: list[str], args: list[int | str], read_along: str = ""
+    ) -> asyncio.Future[tuple[Any, bytes | None]]:
+        """Queue one script run; its reply and the read-along value arrive together."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
+        future: asyncio.Future[tuple[Any, bytes | None]] = loop.create_future()
         if not self._queue:
             loop.call_soon(self._flush)
-        self._queue.append((keys, args, future))
+        self._queue.append((keys, args, read_along, future))
         return future
 
     def _flush(self) -> None:
@@ -256,35 +260,44 @@ class _Batcher:
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 
-    async def _run(self, batch: list[tuple[list[str], list[int | str], Any]]) -> None:
+    async def _run(self, batch: list[_Call]) -> None:
         # The budget starts as the pipeline is sent, not when the batch was queued:
         # a loop too busy to start this task has not waited on Redis.
-        futures = [future for _, _, future in batch]
+        futures = [future for *_, future in batch]
         deadline = Deadline(self._budget, partial(_expire, futures))
+        reads = sorted({key for _, _, key, _ in batch if key})
         try:
-            replies = await self._send(batch)
+            replies = await self._send(batch, reads)
             if any(isinstance(r, NoScriptError) for r in replies):
                 await self._redis.script_load(self._script)
-                replies = await self._send(batch)
+                replies = await self._send(batch, reads)
         except Exception as err:
-            replies = [err] * len(batch)
+            replies = [err] * (len(batch) + len(reads))
         finally:
             deadline.cancel()
-        for (_, _, future), reply in zip(batch, replies, strict=True):
+        values = dict(zip(reads, replies[len(batch) :], strict=True))
+        for (_, _, key, future), reply in zip(batch, replies, strict=False):
             if future.done():
                 continue  # its caller gave up at the deadline
             if isinstance(reply, Exception):
                 future.set_exception(reply)
-            else:
-                future.set_result(reply)
+                continue
+            value = values.get(key) if key else None
+            future.set_result((reply, None if isinstance(value, Exception) else value))
 
-    async def _send(
-        self, batch: list[tuple[list[str], list[int | str], Any]]
-    ) -> list[Any]:
+    async def _send(self, batch: list[_Call], reads: list[str]) -> list[Any]:
         async with self._redis.pipeline(transaction=False) as pipe:
-            for keys, args, _ in batch:
+            for keys, args, _, _ in batch:
                 pipe.evalsha(self._sha, len(keys), *keys, *args)
+            for key in reads:
+                pipe.get(key)
             return list(await pipe.execute(raise_on_error=False))
+
+
+# One queued script run: keys, arguments, a key to read along (or ""), its future.
+_Call = tuple[
+    list[str], list[int | str], str, "asyncio.Future[tuple[Any, bytes | None]]"
+]
 
 
 def _expire(futures: list[asyncio.Future[Any]]) -> None:
@@ -343,11 +356,26 @@ class Limiter:
         now_us: int | None = None,
     ) -> Decision:
         """Charge `cost` to every policy of a subject, or to none of them."""
+        decision, _ = await self.check_reading(
+            subject, policies, "", cost=cost, now_us=now_us
+        )
+        return decision
+
+    async def check_reading(
+        self,
+        subject: str,
+        policies: Sequence[Policy],
+        read_along: str,
+        *,
+        cost: int = 1,
+        now_us: int | None = None,
+    ) -> tuple[Decision, bytes | None]:
+        """Decide like check, and read a key in the same round trip (not on denial)."""
         if not _SUBJECT.match(subject):
             raise ValueError(f"bad subject {subject!r}")
         memo_key = (subject, tuple(p.name for p in policies))
         if now_us is None and (memo := self.remembered(memo_key)) is not None:
-            return shifted(*memo)
+            return shifted(*memo), None
         keys = [bucket_key(subject, p) for p in policies]
         args: list[int | str] = ["" if now_us is None else now_us]
         for policy in policies:
@@ -355,7 +383,7 @@ class Limiter:
         if not self.breaker.allow():
             raise LimiterUnavailable
         try:
-            reply = await self._batcher.submit(keys, args)
+            reply, value = await self._batcher.submit(keys, args, read_along)
         except (RedisError, OSError, TimeoutError) as err:
             self.breaker.record(False)
             raise LimiterUnavailable from err
@@ -369,7 +397,7 @@ class Limiter:
             self._denials[memo_key] = (time.monotonic(), decision)
             if len(self._denials) > 10_000:
                 self._denials.pop(next(iter(self._denials)))
-        return decision
+        return decision, value
 
     async def refund(
         self, subject: str, policies: Sequence[Policy], cost: int = 1

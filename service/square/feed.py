@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 from ..api.boundary import ApiBoundary
 from ..api.errors import ApiError
 from ..auth.sessions import anonymous
-from ..keys import DEGRADED, SQUARE
+from ..keys import DEGRADED, READ_ALONG, SQUARE
 from ..store.deadline import within
 
 # All square keys share one hash tag, so every write is one atomic step on Cluster too.
@@ -198,6 +198,7 @@ class SquareStore:
         read: Callable[[], Awaitable[object]],
         *,
         degraded: bool = False,
+        version: int | None = None,
     ) -> Any:
         """Serve from memory while fresh and current, else read Redis in budget.
 
@@ -205,8 +206,7 @@ class SquareStore:
         failed this request (`degraded`), or does not answer the version in
         budget, a stale copy is served without asking it again.
         """
-        version: int | None = None
-        if not degraded and time.monotonic() >= self._down_until:
+        if version is None and not degraded and time.monotonic() >= self._down_until:
             try:
                 version = await within(READ_BUDGET_SECONDS, self._probe.current())
             except (RedisError, OSError, TimeoutError):
@@ -264,14 +264,16 @@ class SquareStore:
         found = await self._redis.hget(f"{PREFIX}:meta:{work_id}", "owner")
         return found.decode() if isinstance(found, bytes) else found
 
-    async def work_json(self, work_id: str, *, degraded: bool = False) -> bytes | None:
+    async def work_json(
+        self, work_id: str, *, degraded: bool = False, version: int | None = None
+    ) -> bytes | None:
         """Return a published work as the JSON the API answers with."""
 
         async def read() -> bytes | None:
             return cast(bytes | None, await self._redis.get(f"{PREFIX}:work:{work_id}"))
 
         body: bytes | None = await self._cached(
-            ("work", work_id), read, degraded=degraded
+            ("work", work_id), read, degraded=degraded, version=version
         )
         return body
 
@@ -288,6 +290,7 @@ class SquareStore:
         limit: int,
         *,
         degraded: bool = False,
+        version: int | None = None,
     ) -> bytes:
         """Return a page as the JSON the API answers with."""
 
@@ -295,7 +298,10 @@ class SquareStore:
             return await self._page(sort, kind, cursor, limit)
 
         body: bytes = await self._cached(
-            ("page", sort, kind, cursor, limit), read, degraded=degraded
+            ("page", sort, kind, cursor, limit),
+            read,
+            degraded=degraded,
+            version=version,
         )
         return body
 
@@ -344,6 +350,13 @@ def _json(body: bytes) -> web.Response:
     )
 
 
+def _version(request: web.Request) -> int | None:
+    """Return the square version the limiter read along, if it did."""
+    if (value := request.get(READ_ALONG)) is None:
+        return None
+    return int(value)
+
+
 _QUERY: Final = frozenset({"cursor", "limit", "sort", "kind"})
 
 
@@ -366,7 +379,9 @@ async def list_square(request: web.Request) -> web.StreamResponse:
     cursor = decode_cursor(raw_cursor, sort_) if raw_cursor else None
     store = request.config_dict[SQUARE]
     degraded = request.get(DEGRADED, False)
-    body = await store.page_json(sort_, kind, cursor, limit, degraded=degraded)
+    body = await store.page_json(
+        sort_, kind, cursor, limit, degraded=degraded, version=_version(request)
+    )
     return _json(body)
 
 
@@ -377,7 +392,7 @@ async def get_work(request: web.Request) -> web.StreamResponse:
     store = request.config_dict[SQUARE]
     degraded = request.get(DEGRADED, False)
     body = (
-        await store.work_json(work_id, degraded=degraded)
+        await store.work_json(work_id, degraded=degraded, version=_version(request))
         if work_id.isascii() and work_id.isalnum()
         else None
     )
