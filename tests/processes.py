@@ -6,9 +6,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
@@ -22,6 +24,50 @@ def studio_environ(**variables: str) -> dict[str, str]:
     return {**environ, **variables}
 
 
+class Output:
+    """Everything a child process printed, line by line, as it arrives."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+
+    def drain(self, process: subprocess.Popen[str]) -> None:
+        """Read the child's output until it closes (runs in a thread)."""
+        assert process.stdout is not None
+        for line in process.stdout:
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+
+    def text(self) -> str:
+        """Return all output so far."""
+        with self._changed:
+            return "".join(self.lines)
+
+    def wait_for(self, needle: str, timeout: float = 20.0) -> str:
+        """Return the first line containing `needle`, waiting for it to appear."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                for line in self.lines:
+                    if needle in line:
+                        return line
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"no line with {needle!r}")
+                self._changed.wait(left)
+
+
+_OUTPUTS: weakref.WeakKeyDictionary[subprocess.Popen[str], Output] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def output_of(process: subprocess.Popen[str]) -> Output:
+    """Return the collected output of a process started by `running`."""
+    return _OUTPUTS[process]
+
+
 def wait_until_healthy(
     base_url: str, process: subprocess.Popen[str], timeout: float
 ) -> None:
@@ -29,7 +75,11 @@ def wait_until_healthy(
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            output = process.stdout.read() if process.stdout else ""
+            collected = _OUTPUTS.get(process)
+            if collected is not None:
+                output = collected.text()
+            else:
+                output = process.stdout.read() if process.stdout else ""
             raise AssertionError(f"exited with {process.returncode}:\n{output}")
         try:
             with urllib.request.urlopen(f"{base_url}/healthz", timeout=1) as response:
@@ -58,6 +108,11 @@ def running(
         stderr=subprocess.STDOUT,
         text=True,
     )
+    # Drain the output as it comes: a busy server's access log must never
+    # block on a full pipe. Tests read it through output_of(process).
+    _OUTPUTS[process] = collected = Output()
+    reader = threading.Thread(target=collected.drain, args=(process,), daemon=True)
+    reader.start()
     try:
         wait_until_healthy(base_url, process, timeout)
         yield base_url, process
@@ -69,5 +124,6 @@ def running(
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        reader.join(timeout=5)
         if process.stdout:
             process.stdout.close()

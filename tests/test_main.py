@@ -17,7 +17,7 @@ from service.settings import ROOT
 from service.store.embedded import RedisServer, free_port
 
 from .conftest import TEST_SECRET
-from .processes import running, studio_environ
+from .processes import output_of, running, studio_environ
 
 
 def _run(*variables: tuple[str, str]) -> subprocess.CompletedProcess[str]:
@@ -83,14 +83,12 @@ def test_dev_runs_redis_with_aof_a_mail_catcher_and_the_service(tmp_path: Path) 
             smtp.send_message(message)
         assert (tmp_path / "secret_key").read_text().strip()
         assert any((tmp_path / "redis").iterdir()), "AOF files under the data dir"
-        redis_port = next(
-            int(line.split("redis://127.0.0.1:")[1].split("/")[0])
-            for line in iter(process.stdout.readline, "")  # type: ignore[union-attr]
-            if "embedded Redis on" in line
-        )
+        line = output_of(process).wait_for("embedded Redis on")
+        redis_port = int(line.split("redis://127.0.0.1:")[1].split("/")[0])
+        output_of(process).wait_for("Your code is 1234 5678")
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=20) == 0
-        output = process.stdout.read()  # type: ignore[union-attr]
+        output = output_of(process).text()
     assert "Your code is 1234 5678" in output
     assert not _port_open(redis_port)
     assert not _port_open(smtp_port)
