@@ -1,0 +1,59 @@
+// The one way this page talks to the server: same-origin fetch of /api, JSON in and out.
+import { t } from './i18n.js';
+
+export class ApiError extends Error {
+  constructor(status, body) {
+    super(body?.error || `HTTP_${status}`);
+    this.status = status;
+    this.code = body?.error || `HTTP_${status}`;
+    this.body = body || {};
+  }
+}
+
+const listeners = new Set();
+/** Hear about 401 NO_SESSION on any request: the session ended elsewhere. */
+export function onSignedOut(fn) { listeners.add(fn); }
+
+export async function api(method, path, { json, form, headers = {} } = {}) {
+  const init = { method, headers: { Accept: 'application/json', ...headers }, credentials: 'same-origin' };
+  if (json !== undefined) {
+    init.headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(json);
+  } else if (form) {
+    init.body = form;
+  }
+  let response;
+  try {
+    response = await fetch(`/api${path}`, init);
+  } catch {
+    throw new ApiError(0, { error: 'NETWORK' });
+  }
+  if (response.status === 204) return null;
+  let body = null;
+  try { body = await response.json(); } catch { /* not JSON: described by its status */ }
+  if (!response.ok) {
+    const error = new ApiError(response.status, body);
+    if (response.status === 401) for (const fn of listeners) fn();
+    throw error;
+  }
+  return body;
+}
+
+export const get = (path) => api('GET', path);
+export const post = (path, json, headers) => api('POST', path, { json, headers });
+
+/** Turn an error code (and its fields) into a sentence. */
+export function describe(error) {
+  const code = error?.code || 'NETWORK';
+  if (code === 'RATE_LIMITED') {
+    return t('err_RATE_LIMITED', { s: Math.max(1, Math.ceil(Number(error.body?.retry_after) || 1)) });
+  }
+  if (code === 'BAD_REQUEST' && error.body?.field) {
+    const field = error.body.field;
+    const known = { prompt: 'prompt', negative_prompt: 'negative_prompt', size: 'size', count: 'count', seed: 'seed', reference: 'reference', model: 'model' };
+    return t('err_BAD_FIELD', { field: known[field] ? t(known[field]) : field });
+  }
+  const key = `err_${code}`;
+  const text = t(key);
+  return text === key ? t('err_generic', { code }) : text;
+}

@@ -1,0 +1,135 @@
+// The workbench's entry: header, views by URL fragment, and who listens to what.
+import { $, $$, toast } from './dom.js';
+import { t, currentLang, setLang, onLang, formatNumber } from './i18n.js';
+import { get, describe } from './api.js';
+import { state, on, loadSession, loadModels, signOut } from './state.js';
+import { openSignIn, requireSession } from './auth.js';
+import { Feed } from './feed.js';
+import { openViewer } from './viewer.js';
+import { shown as createShown } from './create.js';
+import { showCredits, hideCredits } from './credits.js';
+import './jobs.js';
+
+const VIEWS = ['square', 'create', 'works', 'favorites', 'credits'];
+const PRIVATE = new Set(['works', 'favorites', 'credits']);
+const square = { kind: '', sort: 'new' };
+
+function query(params) {
+  const out = new URLSearchParams();
+  for (const [key, value] of Object.entries(params)) if (value) out.set(key, value);
+  return out.toString();
+}
+
+const feeds = {
+  square: new Feed({
+    grid: $('#square-grid'), status: $('#square-status'), sentinel: $('#square-more'), empty: 'empty_square',
+    load: (cursor) => get(`/square?${query({ ...square, limit: 24, cursor })}`),
+    open: openViewer,
+  }),
+  works: new Feed({
+    grid: $('#works-grid'), status: $('#works-status'), sentinel: $('#works-more'), empty: 'works_empty',
+    load: (cursor) => get(`/works?${query({ limit: 24, cursor })}`),
+    open: openViewer,
+  }),
+  favorites: new Feed({
+    grid: $('#favorites-grid'), status: $('#favorites-status'), sentinel: $('#favorites-more'), empty: 'favorites_empty',
+    load: (cursor) => get(`/favorites?${query({ limit: 24, cursor })}`),
+    open: openViewer,
+  }),
+};
+
+let view = null;
+
+function route(moveFocus = true) {
+  const name = VIEWS.includes(location.hash.slice(1)) ? location.hash.slice(1) : 'square';
+  const changed = name !== view;
+  view = name;
+  for (const other of VIEWS) $(`#view-${other}`).hidden = other !== name;
+  for (const link of $$('.tabs a')) {
+    if (link.dataset.view === name) link.setAttribute('aria-current', 'page');
+    else link.removeAttribute('aria-current');
+  }
+  for (const [key, feed] of Object.entries(feeds)) if (key !== name) feed.hide();
+  if (name !== 'credits') hideCredits();
+  if (PRIVATE.has(name) && !state.user) {
+    $(`#${name === 'credits' ? 'credits' : name}-status`).textContent = t('signin_needed');
+    if (changed && state.ready) requireSession(() => route(false));
+  } else if (feeds[name]) {
+    feeds[name].show();
+  } else if (name === 'credits') {
+    showCredits();
+  }
+  if (changed && moveFocus) {
+    if (name === 'create' && createShown()) return;
+    const heading = $(`#view-${name} h1`);
+    heading.tabIndex = -1;
+    heading.focus({ preventScroll: true });
+  }
+}
+
+// Header: balance, sign in/out, language.
+function renderUser() {
+  const signedIn = Boolean(state.user);
+  $('#signin-button').hidden = signedIn;
+  $('#signout-button').hidden = !signedIn;
+  $('#balance').hidden = !signedIn;
+  renderBalance();
+}
+
+function renderBalance() {
+  $('#balance-value').textContent = state.balance === null ? '' : formatNumber(state.balance);
+}
+
+$('#signin-button').addEventListener('click', () => openSignIn(false));
+$('#signout-button').addEventListener('click', async () => {
+  try {
+    await signOut();
+    toast(t('signed_out'));
+  } catch (error) {
+    toast(describe(error));
+  }
+});
+const lang = $('#lang');
+lang.value = currentLang();
+lang.addEventListener('change', () => setLang(lang.value));
+
+for (const input of $$('#view-square input[type=radio]')) {
+  input.addEventListener('change', () => {
+    square[input.name] = input.value;
+    feeds.square.reset();
+  });
+}
+
+on('user', () => {
+  renderUser();
+  feeds.works.clear();
+  feeds.favorites.clear();
+  if (state.ready) route(false);
+});
+on('balance', renderBalance);
+on('work-changed', (work) => { for (const feed of Object.values(feeds)) feed.update(work); });
+on('work-removed', (id) => { for (const feed of Object.values(feeds)) feed.remove(id); });
+on('works-stale', () => { feeds.works.stale = true; if (view === 'works') feeds.works.reset(); });
+on('favorites-stale', () => { feeds.favorites.stale = true; });
+on('square-stale', () => { feeds.square.stale = true; });
+onLang(() => {
+  renderBalance();
+  for (const feed of Object.values(feeds)) feed.redraw();
+  if (PRIVATE.has(view) && !state.user) $(`#${view}-status`).textContent = t('signin_needed');
+});
+addEventListener('hashchange', () => route());
+
+async function boot() {
+  renderUser();
+  const models = loadModels().catch((error) => toast(describe(error)));
+  try {
+    await loadSession();
+  } catch (error) {
+    state.ready = true;
+    toast(describe(error));
+  }
+  route(false);
+  await models;
+}
+
+boot();
