@@ -2,22 +2,48 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Set
-from typing import Any
+from collections.abc import AsyncIterator, Set
+from contextlib import asynccontextmanager
+from typing import Any, Final
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
+from ..web.hardening import close_after_response
 from .errors import ApiError
+
+# A body must be whole this long after we start reading it (CONTRACT §3): a
+# client trickling it would hold a connection and a task; it gets 408 instead.
+JSON_READ_SECONDS: Final = 10.0
+UPLOAD_READ_SECONDS: Final = 120.0
+# The answer to a body that came too slowly closes its connection.
+CLOSE: Final = {"Connection": "close"}
+
+
+@asynccontextmanager
+async def body_deadline(request: web.Request, seconds: float) -> AsyncIterator[None]:
+    """Give the body `seconds` to arrive, else answer 408 and close the connection."""
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError:
+        close_after_response(request)
+        raise ApiError(408, "REQUEST_TIMEOUT", headers=CLOSE) from None
 
 
 async def read_json(
     request: web.Request, *, required: Set[str], optional: Set[str] = frozenset()
 ) -> dict[str, Any]:
-    """Return the JSON object of the body, or raise 415/413/400."""
+    """Return the JSON object of the body, or raise 415/413/408/400."""
     if request.content_type != "application/json":
         raise ApiError(415, "UNSUPPORTED_MEDIA_TYPE")
-    raw = await request.read()  # over client_max_size: aiohttp raises 413
+    try:
+        async with body_deadline(request, JSON_READ_SECONDS):
+            raw = await request.read()  # over client_max_size: aiohttp raises 413
+    except RequestPayloadError:  # broken framing, e.g. a bad chunk: no echo of it
+        raise ApiError(400, "BAD_REQUEST") from None
     try:
         data = json.loads(raw)
     except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
