@@ -1,4 +1,16 @@
 # The service alone, as production runs it: `python -m service serve`.
+# Stage 1 builds the wheel (package data included: config, content, templates,
+# static, Lua); the runtime image installs only that wheel, no source tree.
+FROM python:3.11-slim AS build
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY service ./service
+RUN pip wheel --no-deps --wheel-dir /wheels .
+
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -6,20 +18,17 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     STUDIO_HOST=0.0.0.0 \
-    STUDIO_PORT=8080
+    STUDIO_PORT=8080 \
+    STUDIO_MEDIA_DIR=/data/media
 
-WORKDIR /app
-COPY pyproject.toml README.md ./
-COPY service ./service
-COPY config ./config
-COPY content ./content
-COPY templates ./templates
-# Editable install keeps config/, content/ and templates/ next to the package.
 # /data/media is the media store's volume (compose mounts it in app and worker).
-RUN pip install -e . \
+COPY --from=build /wheels /wheels
+RUN pip install /wheels/*.whl \
+    && rm -rf /wheels \
     && useradd --system --uid 10001 --no-create-home studio \
     && mkdir -p /data/media && chown studio /data/media
 
+WORKDIR /app
 USER studio
 EXPOSE 8080
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \

@@ -54,13 +54,25 @@ def server(
     loop: str = "uvloop",
     variables: Mapping[str, str] | None = None,
 ) -> Iterator[Server]:
-    """Start bench/servers.py on CPU 0 and yield it once it answers."""
+    """Start a server on CPU 0 and yield it once it answers.
+
+    `serve` is the shipped command itself, with its default settings (access log
+    on, written to /dev/null here); the other names are bench/servers.py's
+    baselines and variants.
+    """
     port = free_port()
     environ = {k: v for k, v in os.environ.items() if not k.startswith("STUDIO_")}
     environ |= {"STUDIO_REDIS_URL": redis_url, "STUDIO_SECRET_KEY": SECRET}
     environ |= dict(variables or {})
-    command = [sys.executable, str(HERE / "servers.py"), which, "--port", str(port)]
-    process = subprocess.Popen(pinned(0, [*command, "--loop", loop]), env=environ)
+    if which == "serve":
+        environ |= {"STUDIO_PORT": str(port), "STUDIO_HOST": "127.0.0.1"}
+        command = [sys.executable, "-m", "service", "serve"]
+    else:
+        command = [sys.executable, str(HERE / "servers.py"), which, "--port", str(port)]
+        command += ["--loop", loop]
+    process = subprocess.Popen(
+        pinned(0, command), env=environ, cwd=HERE.parent, stdout=subprocess.DEVNULL
+    )
     try:
         deadline = time.monotonic() + 60
         while True:

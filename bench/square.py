@@ -59,12 +59,12 @@ def main() -> None:
     args = arguments(__doc__)
     with RedisServer() as redis, ExitStack() as stack:
         asyncio.run(publish(redis.url))
-        ours = stack.enter_context(server("ours", redis.url, variables=OPEN))
+        ours = stack.enter_context(server("serve", redis.url, variables=OPEN))
         limits = stack.enter_context(server("limits", redis.url, variables=OPEN))
         # Flooding servers keep their buckets in another database: the same
         # client address under a far smaller policy must not touch OPEN's buckets.
         flood_url = redis.url.rsplit("/", 1)[0] + "/1"
-        flood = stack.enter_context(server("ours", flood_url, variables=FLOOD))
+        flood = stack.enter_context(server("serve", flood_url, variables=FLOOD))
         bare = stack.enter_context(server("square-bare", redis.url, variables=OPEN))
         bare_429 = stack.enter_context(
             server("square-bare-429", flood_url, variables=FLOOD)

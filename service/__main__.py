@@ -6,12 +6,14 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
+import os
 import secrets
 import signal
 import sys
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from aiohttp import web
 from redis.asyncio import Redis
@@ -19,11 +21,27 @@ from redis.asyncio import Redis
 from . import operator
 from .app import create_app, freeze_startup_objects
 from .content import load_content
-from .settings import Settings, SettingsError, load_settings, require_production
+from .metrics import serve_metrics
+from .settings import (
+    Settings,
+    SettingsError,
+    load_settings,
+    require_production,
+    variable,
+)
 from .store.embedded import MailCatcher, RedisServer
 from .studio.media.store import DirectoryStore
 from .studio.upstreams.registry import Upstreams
 from .studio.worker import Worker
+from .supervisor import Supervisor
+from .web.access_log import AccessLog
+from .web.hardening import (
+    LISTEN_BACKLOG,
+    handler_options,
+    hide_server_version,
+    raise_open_files_limit,
+    setup_log_hygiene,
+)
 
 _LOGGER: Final = logging.getLogger("service")
 
@@ -37,21 +55,67 @@ def _new_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-def serve(settings: Settings) -> None:
-    """Run the service alone, as production does; never start embedded servers."""
+def _access_log(settings: Settings) -> AccessLog | None:
+    """Return the process's access log on stdout, or None when it is off."""
+    if not settings.access_log:
+        return None
+    return AccessLog(trusted_proxies=settings.trusted_proxies)
+
+
+def _access_options(log: AccessLog | None) -> dict[str, Any]:
+    """Return the run_app / AppRunner arguments for the access log (or for none)."""
+    return log.runner_options() if log else {"access_log": None}
+
+
+def _worker_environ(settings: Settings, index: int) -> dict[str, str]:
+    """Give worker `index` of `serve --workers N` its own metrics port: port + index."""
+    environ = dict(os.environ)
+    if settings.metrics_port:
+        environ[variable("metrics.port")] = str(settings.metrics_port + index)
+    return environ
+
+
+def _harden() -> None:
+    """Make slow or hostile clients cheap: descriptors, clean logs, no versions."""
+    raise_open_files_limit()
+    setup_log_hygiene()
+    hide_server_version()
+
+
+def serve(settings: Settings, *, workers: int = 1, reuse_port: bool = False) -> int:
+    """Run the service as production does; never start embedded servers.
+
+    With several workers this process only supervises: each worker is a whole
+    `serve` binding the port with SO_REUSEPORT (see service/supervisor.py).
+    """
     require_production(settings)
+    if workers > 1:
+        command = [sys.executable, "-m", "service", "serve", "--reuse-port"]
+        environ = functools.partial(_worker_environ, settings)
+        return Supervisor(command, workers, environ=environ).run()
+    _harden()
     if settings.workbench.demo_upstream:
         _LOGGER.warning("STUDIO_DEMO_UPSTREAM is on: every model runs on the demo")
     app = create_app(settings)
     app.on_startup.append(freeze_startup_objects)
-    web.run_app(
-        app,
-        host=settings.host,
-        port=settings.port,
-        loop=_new_loop(),
-        shutdown_timeout=10,
-        print=lambda message: _LOGGER.info("%s", message),
-    )
+    access_log = _access_log(settings)
+    try:
+        web.run_app(
+            app,
+            host=settings.host,
+            port=settings.port,
+            loop=_new_loop(),
+            shutdown_timeout=10,
+            print=lambda message: _LOGGER.info("%s", message),
+            reuse_port=reuse_port or None,
+            backlog=LISTEN_BACKLOG,
+            **handler_options(),
+            **_access_options(access_log),
+        )
+    finally:
+        if access_log:
+            access_log.close()
+    return 0
 
 
 def _dev_secret(data_dir: Path) -> str:
@@ -93,7 +157,14 @@ async def _work(settings: Settings) -> None:
         "worker %s: %d jobs at once", worker.consumer, workbench.worker_concurrency
     )
     try:
-        await worker.run(stop)
+        async with contextlib.AsyncExitStack() as exposed:
+            if settings.metrics_port:
+                await exposed.enter_async_context(
+                    contextlib.asynccontextmanager(serve_metrics)(
+                        worker.metrics, settings.metrics_host, settings.metrics_port
+                    )
+                )
+            await worker.run(stop)
     finally:
         await upstreams.aclose()
         await redis.aclose()
@@ -114,16 +185,23 @@ def work(settings: Settings) -> None:
 
 
 async def _run_until_signal(settings: Settings) -> None:
+    _harden()
     app = create_app(settings, embedded_worker=True)
     app.on_startup.append(freeze_startup_objects)
-    runner = web.AppRunner(app, shutdown_timeout=5)
+    access_log = _access_log(settings)
+    runner = web.AppRunner(
+        app, shutdown_timeout=5, **handler_options(), **_access_options(access_log)
+    )
     await runner.setup()
     try:
-        await web.TCPSite(runner, settings.host, settings.port).start()
+        site = web.TCPSite(runner, settings.host, settings.port, backlog=LISTEN_BACKLOG)
+        await site.start()
         _LOGGER.info("serving on %s (Ctrl-C stops everything)", settings.base_url)
         await _until_signal()
     finally:
         await runner.cleanup()
+        if access_log:
+            access_log.close()
 
 
 def dev(settings: Settings) -> None:
@@ -151,11 +229,28 @@ def dev(settings: Settings) -> None:
             loop.close()
 
 
+def _positive(text: str) -> int:
+    """Parse a count of processes: a whole number from 1 to 256."""
+    if not text.isdigit() or not 1 <= int(text) <= 256:
+        raise argparse.ArgumentTypeError("must be an integer 1-256")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the command and run it; a bad setting exits 2 with one line."""
     parser = argparse.ArgumentParser(prog="studio", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("serve", help="run the service (production)")
+    serve_parser = commands.add_parser("serve", help="run the service (production)")
+    serve_parser.add_argument(
+        "--workers",
+        type=_positive,
+        default=1,
+        help="processes sharing the port (SO_REUSEPORT), supervised; default 1",
+    )
+    # How the supervisor starts each worker: bind the port with SO_REUSEPORT.
+    serve_parser.add_argument(
+        "--reuse-port", action="store_true", help=argparse.SUPPRESS
+    )
     commands.add_parser(
         "dev", help="run with embedded Redis and SMTP catcher (make run)"
     )
@@ -168,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = load_settings()
         if args.command == "serve":
-            serve(settings)
+            return serve(settings, workers=args.workers, reuse_port=args.reuse_port)
         elif args.command == "worker":
             work(settings)
         elif args.command in ("works", "credits"):

@@ -13,19 +13,21 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from .api.boundary import ApiBoundary
+from .api.cookies_layer import setup_cookie_bound
 from .api.csrf import setup_csrf
 from .api.errors import FALLBACK, fallback_handler, setup_errors
 from .auth.endpoints import setup_auth_routes
 from .auth.mailer import mailer_ctx
 from .auth.sessions import setup_sessions
 from .content import Content, load_content
-from .keys import CONTENT, SECURITY, SETTINGS
+from .keys import CONTENT, METRICS, SECURITY, SETTINGS
 from .limits.http import (
     RouteLimit,
     setup_rate_headers,
     setup_ratelimit,
     setup_remembered_denials,
 )
+from .metrics import Metrics, metrics_ctx, setup_request_metrics
 from .settings import PACKAGE, Settings, SettingsError, variable
 from .square.feed import VERSION as SQUARE_VERSION, setup_square_routes
 from .square.page import work_page_handler
@@ -95,7 +97,9 @@ def _error_pages(
     return pages
 
 
-def _api(settings: Settings, security: SecurityHeaders) -> ApiBoundary:
+def _api(
+    settings: Settings, security: SecurityHeaders, metrics: Metrics
+) -> ApiBoundary:
     """Build the internal API: its layers, in order, and its routes."""
     api = ApiBoundary()
     limits = settings.limits
@@ -115,6 +119,7 @@ def _api(settings: Settings, security: SecurityHeaders) -> ApiBoundary:
     }
     # Order matters, outermost first. Each layer is composed around each route's
     # handler once, at start-up, and leaves out the routes it has no business with.
+    # 0. metrics: every answer counted by route and status, remembered 429s too;
     # 1. remembered denials (limited routes): names the client (trusted proxies
     #    only) and answers one Redis already refused from memory, so a flood
     #    costs the least;
@@ -123,13 +128,16 @@ def _api(settings: Settings, security: SecurityHeaders) -> ApiBoundary:
     # 3. security headers: on every answer, errors included;
     # 4. errors: every failure below (a dead Redis, a domain error, a crash)
     #    becomes {"error": CODE} with no internal detail;
-    # 5. csrf (state-changing routes): a cross-origin request is refused before
+    # 5. cookie bound: a Cookie header over 4 KB answers 400 before anything parses
+    #    it; HTTP/1.0 with Transfer-Encoding answers 400 and the connection closes;
+    # 6. csrf (state-changing routes): a cross-origin request is refused before
     #    anything runs;
-    # 6. ratelimit (limited routes): charges the per-client buckets before any
+    # 7. ratelimit (limited routes): charges the per-client buckets before any
     #    body is read or the store touched;
-    # 7. sessions: a route not marked @anonymous answers 401 NO_SESSION before
+    # 8. sessions: a route not marked @anonymous answers 401 NO_SESSION before
     #    its handler runs, so a new route is guarded without anyone remembering.
     # Unknown /api paths and wrong methods are the root fallback's: JSON 404/405.
+    setup_request_metrics(api, metrics)
     setup_remembered_denials(
         api,
         routes=routes,
@@ -141,6 +149,7 @@ def _api(settings: Settings, security: SecurityHeaders) -> ApiBoundary:
     setup_rate_headers(api, names=set(routes) | ACCOUNT_LIMITED | LIBRARY_LIMITED)
     setup_headers(api, security)
     setup_errors(api)
+    setup_cookie_bound(api)
     setup_csrf(api, origin=settings.base_url)
     setup_ratelimit(api, routes=routes)
     setup_sessions(api, secure=settings.https)
@@ -208,7 +217,8 @@ def create_app(
     setup_public_routes(app, handlers)
     setup_media_routes(app)
     setup_workbench_routes(app, env, context, security)
-    _api(settings, security).install(app)
+    metrics = app[METRICS] = Metrics()
+    _api(settings, security, metrics).install(app)
     error_pages = _error_pages(env, context, security)
     not_found = web.Response(
         body=error_pages[404].body, headers=error_pages[404].headers
@@ -222,7 +232,14 @@ def create_app(
         "*", "/{tail:.*}", fallback_handler(error_pages, security), name=FALLBACK
     )
     app.cleanup_ctx.extend(
-        [redis_ctx, limiter_ctx, mailer_ctx, studio_ctx, embedded_worker_ctx]
+        [
+            redis_ctx,
+            limiter_ctx,
+            mailer_ctx,
+            studio_ctx,
+            embedded_worker_ctx,
+            metrics_ctx,
+        ]
     )
     app.on_shutdown.append(end_event_streams)
     return app

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from .settings import ROOT
+from .settings import PACKAGE
 
-CONTENT_DIR: Final = ROOT / "content"
+CONTENT_DIR: Final = PACKAGE / "content"
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the stores import this module; their types are named in quo
     from .auth.codes import CodeStore  # noqa: F401
     from .auth.mailer import Mailer  # noqa: F401
     from .auth.sessions import Session, SessionStore  # noqa: F401
+    from .metrics import Metrics  # noqa: F401
     from .square.feed import SquareStore  # noqa: F401
     from .studio.events import EventHub  # noqa: F401
     from .studio.generations import GenerationStore  # noqa: F401
@@ -43,6 +44,7 @@ MEDIA: Final = web.AppKey["MediaStore"]("media")
 EVENTS: Final = web.AppKey["EventHub"]("events")
 UPSTREAMS: Final = web.AppKey["Upstreams"]("upstreams")
 WORKS: Final = web.AppKey["WorkStore"]("works")
+METRICS: Final = web.AppKey["Metrics"]("metrics")
 
 SESSION: Final = web.RequestKey["Session"]("session")
 CLIENT: Final = web.RequestKey("client", str)

@@ -15,8 +15,11 @@ from email_validator import EmailNotValidError, validate_email
 
 from .limits.limiter import Policy
 
-ROOT: Final = Path(__file__).resolve().parent.parent
-DEFAULT_CONFIG: Final = ROOT / "config" / "default.toml"
+# config/, content/ and templates/ live inside the package, so a wheel carries them.
+PACKAGE: Final = Path(__file__).resolve().parent
+# The checkout the package sits in (compose.yaml, the tests); not used when installed.
+ROOT: Final = PACKAGE.parent
+DEFAULT_CONFIG: Final = PACKAGE / "config" / "default.toml"
 ENV_PREFIX: Final = "STUDIO_"
 OVERLAY_VARIABLE: Final = "STUDIO_CONFIG"
 
@@ -70,6 +73,9 @@ class Settings:
     smtp: SmtpSettings
     workbench: WorkbenchSettings
     limits: dict[str, Policy] = field(hash=False)
+    access_log: bool = True
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 0
 
     @property
     def https(self) -> bool:
@@ -142,7 +148,7 @@ def _build(raw: Mapping[str, Any]) -> Settings:
         contact_email=_email(raw, "contact_email"),
         mail_from=_email(raw, "mail_from") or f"no-reply@{host_name}",
         trial_credits=_integer(raw, "trial_credits", 0, 1_000_000),
-        data_dir=ROOT / (_text(raw, "data_dir") or ".data"),
+        data_dir=Path(_text(raw, "data_dir") or ".data").absolute(),
         smtp=SmtpSettings(
             host=_text(raw, "smtp.host"),
             port=_integer(raw, "smtp.port", 1, 65535),
@@ -165,6 +171,9 @@ def _build(raw: Mapping[str, Any]) -> Settings:
             hide_after_reports=_integer(raw, "square.hide_after_reports", 1, 1000),
         ),
         limits=_policies(raw),
+        access_log=_on_off(raw, "access_log"),
+        metrics_host=_text(raw, "metrics.host") or "127.0.0.1",
+        metrics_port=_integer(raw, "metrics.port", 0, 65535),
     )
 
 
@@ -196,6 +205,13 @@ def _boolean(raw: Mapping[str, Any], key: str) -> bool:
     if text in ("0", "false", "no", "off", ""):
         return False
     raise SettingsError(f"{variable(key)}: must be 1/true or 0/false")
+
+
+def _on_off(raw: Mapping[str, Any], key: str) -> bool:
+    try:
+        return _boolean(raw, key)
+    except SettingsError:
+        raise SettingsError(f"{variable(key)}: must be on or off") from None
 
 
 def _public_url(raw: Mapping[str, Any], key: str) -> str:

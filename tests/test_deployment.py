@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from pathlib import Path
@@ -21,9 +22,21 @@ def _compose() -> dict[str, Any]:
     return document
 
 
+# What an operator would export for the variables compose requires (${NAME:?…}).
+REQUIRED_VALUE = "compose-test-secret-0123456789-abcdefghij"
+
+
 def _expand(value: str) -> str:
-    """Apply compose's ${NAME:-default} interpolation with nothing set."""
-    return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", value)
+    """Apply compose's ${NAME:-default} and ${NAME:?message} interpolation.
+
+    Nothing is set, except that a required variable gets `REQUIRED_VALUE`.
+    """
+    value = re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", value)
+    return re.sub(r"\$\{[A-Z_]+:\?[^}]*\}", REQUIRED_VALUE, value)
+
+
+def _ports(service: dict[str, Any]) -> list[str]:
+    return [str(port) for port in service.get("ports", [])]
 
 
 def test_compose_file_is_valid_against_the_compose_spec() -> None:
@@ -36,9 +49,10 @@ def test_compose_file_is_valid_against_the_compose_spec() -> None:
 
 
 def test_compose_runs_app_valkey_with_aof_and_mailpit() -> None:
-    """Three services; Redis persists with AOF; the app waits for it to be healthy."""
+    """The services; Redis persists with AOF; the app waits for it to be healthy."""
     services = _compose()["services"]
-    assert set(services) == {"app", "worker", "redis", "mailpit"}
+    assert services["app"]["deploy"]["replicas"] == 2
+    assert set(services) == {"proxy", "app", "worker", "redis", "mailpit"}
     assert services["worker"]["command"] == ["python", "-m", "service", "worker"]
     assert services["worker"]["environment"] == services["app"]["environment"]
     assert services["worker"]["volumes"] == services["app"]["volumes"]
@@ -51,8 +65,49 @@ def test_compose_runs_app_valkey_with_aof_and_mailpit() -> None:
     )
     assert services["redis"]["volumes"]
     assert services["app"]["depends_on"]["redis"]["condition"] == "service_healthy"
-    assert "8080:8080" in services["app"]["ports"]
-    assert {"8025:8025", "1025:1025"} <= set(services["mailpit"]["ports"])
+    assert set(_ports(services["mailpit"])) == {
+        "127.0.0.1:8025:8025",
+        "127.0.0.1:1025:1025",
+    }
+
+
+def test_compose_publishes_only_the_proxy_and_only_on_loopback() -> None:
+    """Clients reach nginx (deploy/nginx.conf), never the app; nothing listens wide."""
+    services = _compose()["services"]
+    proxy = services["proxy"]
+    assert proxy["image"].startswith("nginx:")
+    assert _ports(proxy) == ["127.0.0.1:8080:8080"]
+    assert "./deploy/nginx.conf:/etc/nginx/nginx.conf:ro" in proxy["volumes"]
+    assert (ROOT / "deploy" / "nginx.conf").is_file()
+    assert proxy["depends_on"]["app"]["condition"] == "service_healthy"
+    for name in ("app", "worker", "redis"):
+        assert not _ports(services[name]), name
+    for name, service in services.items():
+        assert all(port.startswith("127.0.0.1:") for port in _ports(service)), name
+    config = (ROOT / "deploy" / "nginx.conf").read_text()
+    assert "server app:8080;" in config
+    assert "listen 8080;" in config
+
+
+def test_compose_has_no_default_secret() -> None:
+    """`up` refuses to start until the operator sets STUDIO_SECRET_KEY."""
+    environment = _compose()["services"]["app"]["environment"]
+    secret = str(environment["STUDIO_SECRET_KEY"])
+    assert re.fullmatch(r"\$\{STUDIO_SECRET_KEY:\?[^}]+\}", secret), secret
+    assert not any(":-" in str(value) for value in environment.values())
+
+
+def test_compose_app_trusts_the_proxy_network_it_defines() -> None:
+    """The app honours X-Forwarded-For from the stack's own network, nothing wider."""
+    document = _compose()
+    environment = document["services"]["app"]["environment"]
+    trusted = ipaddress.ip_network(environment["STUDIO_TRUSTED_PROXIES"])
+    subnets = [
+        ipaddress.ip_network(entry["subnet"])
+        for entry in document["networks"]["default"]["ipam"]["config"]
+    ]
+    assert trusted in subnets
+    assert trusted.is_private
 
 
 def test_compose_environment_is_a_valid_production_configuration() -> None:
@@ -66,16 +121,17 @@ def test_compose_environment_is_a_valid_production_configuration() -> None:
     assert settings.smtp.host == "mailpit"
     assert settings.smtp.port == 1025
     assert settings.host == "0.0.0.0"
-    assert len(settings.secret_key) >= 32
+    assert settings.secret_key == REQUIRED_VALUE
     assert settings.workbench.demo_upstream
+    assert [str(net) for net in settings.trusted_proxies] == ["172.30.57.0/24"]
 
 
 def test_dockerfile_is_slim_non_root_and_checks_healthz() -> None:
     """The image runs `serve` as an unprivileged user, with a health check."""
     lines = [line.strip() for line in (ROOT / "Dockerfile").read_text().splitlines()]
-    assert lines[
-        next(i for i, line in enumerate(lines) if line.startswith("FROM"))
-    ].endswith("-slim")
+    images = [line.split()[1] for line in lines if line.startswith("FROM ")]
+    assert images
+    assert all(image.endswith("-slim") for image in images)
     users = [line.split()[1] for line in lines if line.startswith("USER ")]
     assert users
     assert users[-1] not in ("root", "0")
@@ -86,5 +142,34 @@ def test_dockerfile_is_slim_non_root_and_checks_healthz() -> None:
     )
     assert "/healthz" in healthcheck
     assert lines[-1] == 'CMD ["python", "-m", "service", "serve"]'
-    for directory in ("service", "config", "content", "templates"):
-        assert any(line.startswith(f"COPY {directory} ") for line in lines), directory
+
+
+def _stages() -> list[list[str]]:
+    """Split the Dockerfile into its stages, each a list of stripped lines."""
+    stages: list[list[str]] = []
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        if line.startswith("FROM "):
+            stages.append([])
+        if stages and line.strip() and not line.startswith("#"):
+            stages[-1].append(line.strip())
+    return stages
+
+
+def test_dockerfile_builds_a_wheel_and_runs_only_the_installed_package() -> None:
+    """Multi-stage: the wheel is built from the package; the image installs it alone."""
+    build, runtime = _stages()
+    assert build[0].startswith("FROM python:3.11-slim AS ")
+    builder = build[0].split()[-1]
+    assert "COPY service ./service" in build
+    assert any(line.startswith("RUN pip wheel --no-deps") for line in build)
+    assert runtime[0] == "FROM python:3.11-slim"
+    assert any(line.startswith(f"COPY --from={builder} /wheels") for line in runtime)
+    assert any(
+        line.startswith("RUN pip install /wheels/") and line.endswith(".whl \\")
+        for line in runtime
+    )
+    # No source tree in the runtime image: every COPY there comes from the build.
+    copies = [line for line in runtime if line.startswith(("COPY ", "ADD "))]
+    assert copies
+    assert all(line.startswith("COPY --from=") for line in copies)
+    assert not any("pip install -e" in line for line in build + runtime)

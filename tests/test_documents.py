@@ -9,9 +9,8 @@ import tomllib
 import pytest
 from bs4 import BeautifulSoup, Tag
 
-from service.content import load_content
+from service.content import CONTENT_DIR, load_content
 from service.keys import SETTINGS
-from service.settings import ROOT
 from service.web.documents import CONTENT_SIGNAL, estimate_tokens
 
 from .conftest import Client
@@ -206,7 +205,7 @@ async def test_tables_stay_gfm_tables(client: Client, path: str) -> None:
 
 async def test_home_pages_show_every_model_price_and_the_trial(client: Client) -> None:
     """The models of content/models.toml and the trial credits reach both homes."""
-    with (ROOT / "content" / "models.toml").open("rb") as file:
+    with (CONTENT_DIR / "models.toml").open("rb") as file:
         models = tomllib.load(file)["models"]
     trial = str(client.app[SETTINGS].trial_credits)
     for path in ("/", "/en"):

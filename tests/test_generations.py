@@ -249,7 +249,11 @@ async def test_fifty_concurrent_submits_against_seven_prices_accept_exactly_seve
     assert statuses.count(202) == 7
     assert statuses.count(402) == 43
     refused = next(r for r in responses if r.status == 402)
-    assert await refused.json() == {"error": "INSUFFICIENT_CREDITS", "balance": 0}
+    assert await refused.json() == {
+        "error": "INSUFFICIENT_CREDITS",
+        "balance": 0,
+        "required": 6,
+    }
     assert await balance(client) == 0
     entries = await ledger(client)
     assert [e["balance_after"] for e in entries] == [42, 36, 30, 24, 18, 12, 6, 0]
@@ -489,3 +493,25 @@ async def test_upstream_failure_refunds_exactly_once(
     assert body["refunded"] is True
     assert [e["kind"] for e in await ledger(client)] == ["grant", "debit", "refund"]
     assert await balance(client) == 100
+
+
+async def test_the_event_stream_ends_when_its_session_logs_out(
+    studio: MakeClient, mail_server: MailCatcher
+) -> None:
+    """Signing out closes the stream that session opened, on any process."""
+    client = await studio()
+    await sign_in(client, mail_server)
+    lines: list[str] = []
+    opened = asyncio.Event()
+
+    async def listen() -> None:
+        async with client.get("/api/events") as response:
+            async for raw in response.content:
+                lines.append(raw.decode())
+                opened.set()
+
+    listener = asyncio.create_task(listen())
+    await asyncio.wait_for(opened.wait(), 10)
+    assert (await client.post("/api/auth/logout")).status == 204
+    await asyncio.wait_for(listener, 10)  # the server ended the stream
+    assert any(line.startswith("event: credits") for line in lines)

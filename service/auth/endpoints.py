@@ -15,6 +15,7 @@ from ..api.payloads import json_response, read_json
 from ..keys import ACCOUNTS, CODES, CONTENT, MAILER, SESSION, SESSIONS, SETTINGS
 from ..limits.http import enforce, refund
 from .codes import CODE_TTL_SECONDS, Verdict
+from .cookies import read_cookie
 from .identity import parse_address
 from .mailer import Lang, MailUnavailable, code_message, site_name
 from .sessions import COOKIE, anonymous, clear_session_cookie, set_session_cookie
@@ -99,7 +100,7 @@ async def verify(request: web.Request) -> web.StreamResponse:
         raise ApiError(400, "INVALID_CODE")
     account, opened = await app[ACCOUNTS].open(address.key, address.email)
     sessions = app[SESSIONS]
-    if previous := request.cookies.get(COOKIE):
+    if previous := read_cookie(request.headers, COOKIE):
         await sessions.delete(previous)
     token, session = await sessions.create(account.id)
     _LOGGER.info(
@@ -116,7 +117,7 @@ async def verify(request: web.Request) -> web.StreamResponse:
 @anonymous
 async def logout(request: web.Request) -> web.StreamResponse:
     """End the session the request carries, if any, and clear the cookie."""
-    if token := request.cookies.get(COOKIE):
+    if token := read_cookie(request.headers, COOKIE):
         await request.config_dict[SESSIONS].delete(token)
     response = web.Response(status=204, headers={"Cache-Control": "no-store"})
     clear_session_cookie(response, secure=request.config_dict[SETTINGS].https)

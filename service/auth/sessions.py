@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 from ..api.boundary import ApiBoundary
 from ..api.errors import ApiError
 from ..keys import SESSION, SESSIONS
+from .cookies import read_cookie
 
 COOKIE: Final = "studio_session"
 IDLE_SECONDS: Final = 7 * 24 * 3600
@@ -31,6 +32,17 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'seen', ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 return 1
+"""
+
+# End a session, and tell every app process to close the event streams it fed.
+_END: Final = """
+local account = redis.call('HGET', KEYS[1], 'account')
+redis.call('DEL', KEYS[1])
+if account then
+  redis.call('PUBLISH', 'studio:events:' .. account,
+             cjson.encode({event = '_logout', session = KEYS[1]}))
+end
+return account
 """
 
 _ANONYMOUS: Final[set[Handler]] = set()
@@ -74,6 +86,7 @@ class SessionStore:
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
         self._touch = redis.register_script(_TOUCH)
+        self._end = redis.register_script(_END)
 
     async def create(self, account_id: str) -> tuple[str, Session]:
         """Open a session for an account; return the cookie token and the session."""
@@ -112,9 +125,9 @@ class SessionStore:
         return bool(await self._touch(keys=[key], args=[now, _ttl(created, now)]))
 
     async def delete(self, token: str) -> None:
-        """End a session; unknown or malformed tokens are a no-op."""
+        """End a session and its open event streams; unknown tokens are a no-op."""
         if _TOKEN.fullmatch(token):
-            await self._redis.delete(session_key(token))
+            await self._end(keys=[session_key(token)])
 
 
 def set_session_cookie(
@@ -146,7 +159,7 @@ def setup_sessions(api: ApiBoundary, *, secure: bool) -> None:
 
         async def signed_in(request: web.Request) -> web.StreamResponse:
             """Load the session, or refuse; the Authorization header is never read."""
-            token = request.cookies.get(COOKIE)
+            token = read_cookie(request.headers, COOKIE)
             store = request.app[SESSIONS]
             session = await store.load(token) if token else None
             if session is None:

@@ -13,7 +13,7 @@ from aiohttp.typedefs import Handler
 
 from ..api.boundary import ApiBoundary, route_name
 from ..api.errors import UNAVAILABLE_RETRY_AFTER, ApiError
-from ..keys import CLIENT, DECISIONS, DEGRADED, LIMITER, READ_ALONG
+from ..keys import CLIENT, DECISIONS, DEGRADED, LIMITER, METRICS, READ_ALONG
 from ..web.headers import SecurityHeaders
 from .client_ip import ClientNamer, IPNetwork
 from .limiter import (
@@ -125,6 +125,7 @@ async def enforce(
         if read_along:
             request[READ_ALONG] = value
     except LimiterUnavailable:
+        app[METRICS].limiter.labels("fallback").inc()
         if not fail_open:
             _LOGGER.warning("limiter unavailable: refusing %s", request.rel_url.path)
             raise ApiError(
@@ -133,6 +134,7 @@ async def enforce(
         decision = app[LIMITER].local.check(subject, policies)
         request[DEGRADED] = True
     request.setdefault(DECISIONS, []).append(decision)
+    app[METRICS].limiter.labels("allowed" if decision.allowed else "denied").inc()
     if not decision.allowed:
         raise rate_limited(decision)
 

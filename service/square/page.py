@@ -14,8 +14,8 @@ from ..keys import CONTENT, SETTINGS, SQUARE
 from ..web.headers import SecurityHeaders
 from .feed import Work
 
-# The workbench; until it has a page of its own, the home page describes it.
-WORKBENCH_PATH: Final = "/"
+# The workbench, where a visitor browses the square and makes their own.
+WORKBENCH_PATH: Final = "/studio"
 _CACHE_SIZE: Final = 512
 
 

@@ -9,7 +9,7 @@ from typing import Final
 
 from aiohttp import web
 
-from ..keys import CONTENT, EVENTS, MEDIA, REDIS, SETTINGS, UPSTREAMS
+from ..keys import CONTENT, EVENTS, MEDIA, METRICS, REDIS, SETTINGS, UPSTREAMS
 from .events import EventHub
 from .media.store import DirectoryStore
 from .upstreams.registry import Upstreams
@@ -46,6 +46,7 @@ async def embedded_worker_ctx(app: web.Application) -> AsyncIterator[None]:
         settings=app[SETTINGS].workbench,
         media=app[MEDIA],
         upstream_for=app[UPSTREAMS],
+        metrics=app[METRICS],
     )
     stop = asyncio.Event()
     task = asyncio.create_task(worker.run(stop), name="embedded-worker")

@@ -20,7 +20,12 @@ from multidict import MultiMapping
 
 from ..api.boundary import ApiBoundary
 from ..api.errors import ApiError
-from ..api.payloads import json_response, read_json
+from ..api.payloads import (
+    UPLOAD_READ_SECONDS,
+    body_deadline,
+    json_response,
+    read_json,
+)
 from ..auth.sessions import anonymous
 from ..content import Model
 from ..keys import (
@@ -30,6 +35,7 @@ from ..keys import (
     JOBS,
     LEDGER,
     MEDIA,
+    METRICS,
     SECURITY,
     SESSION,
     SETTINGS,
@@ -228,11 +234,12 @@ async def submit(request: web.Request) -> web.StreamResponse:
     deadline = time.time() + (
         settings.video_deadline if model.kind == "video" else settings.image_deadline
     )
+    price = model.credits * int(fields["count"])
     try:
         submitted = await store.submit(
             account,
             gid,
-            price=model.credits * int(fields["count"]),
+            price=price,
             cap=settings.jobs_per_user,
             idempotency=idempotency,
             body_hash=body_hash,
@@ -240,9 +247,10 @@ async def submit(request: web.Request) -> web.StreamResponse:
             fields=fields,
         )
     except SubmitRefused as err:
-        raise _refusal(err) from None
+        raise _refusal(err, price) from None
     if submitted.replayed:
         return _generation(submitted.fields, status=200, replayed=True)
+    app[METRICS].credits.labels("debited").inc(int(submitted.fields["credits"]))
     return _generation(submitted.fields, status=202)
 
 
@@ -258,9 +266,9 @@ async def _replay(
     return _generation(fields, status=200, replayed=True)
 
 
-def _refusal(err: SubmitRefused) -> ApiError:
+def _refusal(err: SubmitRefused, price: int) -> ApiError:
     if err.code == "INSUFFICIENT_CREDITS":
-        return ApiError(402, err.code, balance=err.balance)
+        return ApiError(402, err.code, balance=err.balance, required=price)
     if err.code == "TOO_MANY_JOBS":
         return ApiError(429, err.code)
     if err.code == "PAYMENT_HOLD":
@@ -329,6 +337,7 @@ async def cancel(request: web.Request) -> web.StreamResponse:
         raise ApiError(404, "NOT_FOUND")
     if outcome == "NOT_CANCELABLE":
         raise ApiError(409, "NOT_CANCELABLE")
+    app[METRICS].credits.labels("refunded").inc(int(fields["credits"]))
     await app[JOBS].cancel(gid)
     return _generation(fields)
 
@@ -380,20 +389,21 @@ async def upload(request: web.Request) -> web.StreamResponse:
 
 
 async def _read_file_part(request: web.Request) -> bytes:
-    """Read exactly one part named `file`, at most 10 MiB, in chunks."""
+    """Read exactly one part named `file`, at most 10 MiB, in chunks, within 120 s."""
     try:
-        reader = await request.multipart()
-        part = await reader.next()
-        if part is None or getattr(part, "name", None) != "file":
-            raise ApiError(400, "BAD_REQUEST", field="file")
-        chunks, size = [], 0
-        while chunk := await part.read_chunk(65536):  # type: ignore[union-attr]
-            size += len(chunk)
-            if size > MAX_UPLOAD_BYTES:
-                raise ApiError(413, "TOO_LARGE")
-            chunks.append(chunk)
-        if await reader.next() is not None:
-            raise ApiError(400, "BAD_REQUEST", field="file")
+        async with body_deadline(request, UPLOAD_READ_SECONDS):
+            reader = await request.multipart()
+            part = await reader.next()
+            if part is None or getattr(part, "name", None) != "file":
+                raise ApiError(400, "BAD_REQUEST", field="file")
+            chunks, size = [], 0
+            while chunk := await part.read_chunk(65536):  # type: ignore[union-attr]
+                size += len(chunk)
+                if size > MAX_UPLOAD_BYTES:
+                    raise ApiError(413, "TOO_LARGE")
+                chunks.append(chunk)
+            if await reader.next() is not None:
+                raise ApiError(400, "BAD_REQUEST", field="file")
     except (ValueError, AssertionError, RuntimeError) as err:
         raise ApiError(400, "BAD_REQUEST") from err
     return b"".join(chunks)
@@ -424,6 +434,7 @@ async def events(request: web.Request) -> web.StreamResponse:
             for fields in sorted(active, key=lambda f: int(f.get("n", "0"))):
                 await send("generation", view(fields))
             closed = asyncio.ensure_future(stream.wait())
+            getter: asyncio.Future[dict[str, Any]] | None = None
             try:
                 while True:
                     getter = asyncio.ensure_future(queue.get())
@@ -443,7 +454,9 @@ async def events(request: web.Request) -> web.StreamResponse:
                     name, data = event["event"], event["data"]
                     await send(name, view(data) if name == "generation" else data)
             finally:
-                closed.cancel()
+                for pending in (closed, getter):
+                    if pending is not None and not pending.done():
+                        pending.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await closed
     finally:

@@ -19,6 +19,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from ..content import Content, Model
+from ..metrics import Metrics
 from ..settings import WorkbenchSettings
 from .generations import GenerationStore
 from .ledger import iso, now
@@ -55,6 +56,7 @@ class Worker:
     settings: WorkbenchSettings
     media: MediaStore
     upstream_for: Callable[[Model], Upstream]
+    metrics: Metrics = field(default_factory=Metrics)
     consumer: str = field(
         default_factory=lambda: (
             f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -153,14 +155,16 @@ class Worker:
             await self.queue.finish(gid, entry)
             return
         remaining = float(job["deadline"]) - time.time()
+        started = time.monotonic()
+        model = fields.get("model", "?")
         try:
             async with asyncio.timeout(max(0.0, remaining)):
                 works, keys = await self._produce(account, gid, fields)
         except TimeoutError:
-            await self._fail(account, gid, entry, "TIMED_OUT")
+            await self._fail(account, gid, entry, "TIMED_OUT", model, started)
             return
         except UpstreamError as err:
-            await self._fail(account, gid, entry, err.code)
+            await self._fail(account, gid, entry, err.code, model, started)
             return
         except JobGone:
             await self.queue.finish(gid, entry)
@@ -169,7 +173,7 @@ class Worker:
             raise
         except Exception:
             _LOGGER.exception("job %s failed unexpectedly", gid)
-            await self._fail(account, gid, entry, "UPSTREAM_FAILED")
+            await self._fail(account, gid, entry, "UPSTREAM_FAILED", model, started)
             return
         outcome, _ = await self.generations.settle(
             account, gid, "succeed", *_succeed_args(works)
@@ -177,10 +181,28 @@ class Worker:
         if outcome != "OK":  # canceled or timed out meanwhile: discard the result
             for key in keys:
                 await self.media.delete(key)
+        self._timed(model, "succeeded" if outcome == "OK" else "discarded", started)
         await self.queue.finish(gid, entry)
 
-    async def _fail(self, account: str, gid: str, entry: str, code: str) -> None:
-        await self.generations.settle(account, gid, "fail", code)
+    def _timed(self, model: str, outcome: str, started: float) -> None:
+        self.metrics.job_seconds.labels(model, outcome).observe(
+            time.monotonic() - started
+        )
+
+    async def _fail(
+        self,
+        account: str,
+        gid: str,
+        entry: str,
+        code: str,
+        model: str = "?",
+        started: float | None = None,
+    ) -> None:
+        outcome, fields = await self.generations.settle(account, gid, "fail", code)
+        if outcome == "OK":
+            self.metrics.credits.labels("refunded").inc(int(fields["credits"]))
+        if started is not None:
+            self._timed(model, "failed", started)
         await self.queue.finish(gid, entry)
 
     async def _produce(
@@ -224,6 +246,9 @@ class Worker:
                 outputs = await upstream.generate(request, progress)
                 break
             except UpstreamError as err:
+                self.metrics.upstream_errors.labels(
+                    err.code, "yes" if err.transient else "no"
+                ).inc()
                 if not err.transient:
                     raise
                 wait = err.retry_after or delay
@@ -304,7 +329,11 @@ class Worker:
         for gid in await self.queue.due(time.time()):
             job = await self.queue.job(gid)
             if account := job.get("account"):
-                await self.generations.settle(account, gid, "fail", "TIMED_OUT")
+                outcome, fields = await self.generations.settle(
+                    account, gid, "fail", "TIMED_OUT"
+                )
+                if outcome == "OK":
+                    self.metrics.credits.labels("refunded").inc(int(fields["credits"]))
             self._stop_local(gid)
             await self.queue.finish(gid)
 

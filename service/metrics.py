@@ -1,0 +1,137 @@
+"""Prometheus metrics on a listener of their own, never on the public port."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Final
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from .api.boundary import ApiBoundary, route_name
+from .keys import JOBS, METRICS, SETTINGS
+
+_LOGGER: Final = logging.getLogger(__name__)
+QUEUE_DEPTH_SECONDS: Final = 5.0
+
+
+class Metrics:
+    """The service's counters, in a registry of its own (no process-global state)."""
+
+    def __init__(self) -> None:
+        self.registry = registry = CollectorRegistry()
+        self.requests = Counter(
+            "studio_http_requests",
+            "HTTP requests answered, by route name and status",
+            ["route", "status"],
+            registry=registry,
+        )
+        self.limiter = Counter(
+            "studio_limiter_decisions",
+            "Rate-limit decisions: allowed, denied, or fallback (Redis unavailable)",
+            ["outcome"],
+            registry=registry,
+        )
+        self.queue_depth = Gauge(
+            "studio_queue_depth",
+            "Generation jobs queued or running",
+            registry=registry,
+        )
+        self.job_seconds = Histogram(
+            "studio_job_seconds",
+            "Time a worker spent on a job, by model and outcome",
+            ["model", "outcome"],
+            buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1200),
+            registry=registry,
+        )
+        self.upstream_errors = Counter(
+            "studio_upstream_errors",
+            "Upstream failures, by public error code and whether they were retried",
+            ["code", "transient"],
+            registry=registry,
+        )
+        self.credits = Counter(
+            "studio_credits",
+            "Credits debited at submit and refunded on failure or cancel",
+            ["movement"],
+            registry=registry,
+        )
+
+    def exposition(self) -> bytes:
+        """Render the registry in the Prometheus text format."""
+        return generate_latest(self.registry)
+
+
+async def serve_metrics(metrics: Metrics, host: str, port: int) -> AsyncIterator[None]:
+    """Listen on host:port for /metrics while the caller's work runs."""
+
+    async def scrape(request: web.Request) -> web.Response:
+        return web.Response(
+            body=metrics.exposition(),
+            headers={"Content-Type": CONTENT_TYPE_LATEST, "Cache-Control": "no-store"},
+        )
+
+    app = web.Application()
+    app.router.add_get("/metrics", scrape)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    _LOGGER.info("metrics on http://%s:%d/metrics", host, port)
+    try:
+        yield
+    finally:
+        await runner.cleanup()
+
+
+def setup_request_metrics(api: ApiBoundary, metrics: Metrics) -> None:
+    """Count every /api answer by route and status (the outermost layer)."""
+
+    def layer(route: web.RouteDef, handler: Handler) -> Handler:
+        name = route_name(route) or "unnamed"
+
+        async def counted(request: web.Request) -> web.StreamResponse:
+            """Count the answer, whatever it is."""
+            response = await handler(request)
+            metrics.requests.labels(name, str(response.status)).inc()
+            return response
+
+        return counted
+
+    api.add_layer(layer)
+
+
+async def metrics_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Expose /metrics on STUDIO_METRICS_PORT and keep the queue depth current."""
+    settings = app[SETTINGS]
+    if not settings.metrics_port:
+        yield
+        return
+    metrics = app[METRICS]
+    depth = asyncio.create_task(track_queue_depth(metrics, app[JOBS].depth))
+    async with contextlib.asynccontextmanager(serve_metrics)(
+        metrics, settings.metrics_host, settings.metrics_port
+    ):
+        yield
+    depth.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await depth
+
+
+async def track_queue_depth(metrics: Metrics, read: object) -> None:
+    """Refresh the queue depth gauge every few seconds (cancelled at exit)."""
+    assert callable(read)
+    while True:
+        with contextlib.suppress(Exception):
+            metrics.queue_depth.set(await read())
+        await asyncio.sleep(QUEUE_DEPTH_SECONDS)

@@ -1,0 +1,159 @@
+"""The wheel alone is the service: installed anywhere, it serves with no checkout."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import urllib.request
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from service.settings import PACKAGE, ROOT
+from service.store.embedded import RedisServer, free_port
+
+from .conftest import TEST_SECRET
+from .processes import studio_environ, wait_until_healthy
+
+
+def _run(*command: str | Path, cwd: Path) -> None:
+    result = subprocess.run(
+        [str(part) for part in command],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Build the wheel offline from a copy of what the Dockerfile copies."""
+    work = tmp_path_factory.mktemp("wheel")
+    source = work / "source"
+    source.mkdir()
+    # A copy, so the build's scratch (build/, *.egg-info) stays out of the checkout.
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(
+        PACKAGE, source / "service", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    dist = work / "dist"
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "--quiet",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "--wheel-dir",
+        dist,
+        source,
+        cwd=work,
+    )
+    (built,) = dist.glob("studio_service-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh venv with the wheel installed; its dependencies come from ours."""
+    root = tmp_path_factory.mktemp("venv") / "venv"
+    _run(sys.executable, "-m", "venv", "--without-pip", root, cwd=root.parent)
+    python = root / "bin" / "python"
+    # The wheel goes in first, while the new venv sees nothing else.
+    _run(
+        sys.executable,
+        "-m",
+        "pip",
+        "--python",
+        python,
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--no-index",
+        wheel,
+        cwd=root.parent,
+    )
+    # Then the dependencies, offline: this venv's site-packages as a plain path
+    # entry (its .pth files, the editable install of the checkout among them,
+    # are not run), after the new venv's own.
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (Path(purelib) / "dependencies.pth").write_text(
+        sysconfig.get_paths()["purelib"] + "\n"
+    )
+    return root
+
+
+def test_the_wheel_carries_every_file_the_package_reads(wheel: Path) -> None:
+    """Config, content, templates, static files and Lua scripts are all inside."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    wanted = {
+        path.relative_to(ROOT).as_posix()
+        for path in PACKAGE.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    }
+    assert wanted - names == set()
+    assert {
+        "service/config/default.toml",
+        "service/content/site.toml",
+        "service/templates/base.html",
+        "service/limits/lua/gcra.lua",
+    } <= names
+
+
+def test_the_installed_wheel_serves_from_an_empty_directory(
+    venv: Path, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """`studio serve` from the venv, in an empty directory, answers the public files."""
+    python = venv / "bin" / "python"
+    where = subprocess.run(
+        [python, "-c", "import service; print(service.__file__)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert Path(where).is_relative_to(venv), where
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    environ = studio_environ(
+        STUDIO_PORT=str(port),
+        STUDIO_BASE_URL=base_url,
+        STUDIO_REDIS_URL=redis_server.url,
+        STUDIO_SECRET_KEY=TEST_SECRET,
+        STUDIO_ACCESS_LOG="off",
+    )
+    process = subprocess.Popen(
+        [venv / "bin" / "studio", "serve"],
+        cwd=tmp_path,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        wait_until_healthy(base_url, process, timeout=20)
+        for path in ("/", "/robots.txt", "/api/models"):
+            with urllib.request.urlopen(base_url + path, timeout=5) as response:
+                assert response.status == 200, path
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=15) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        assert process.stdout
+        process.stdout.close()
