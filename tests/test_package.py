@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -119,9 +120,12 @@ def test_the_installed_wheel_serves_from_an_empty_directory(
 ) -> None:
     """`studio serve` from the venv, in an empty directory, answers the public files."""
     python = venv / "bin" / "python"
+    # Nothing of the checkout may leak in: no PYTHONPATH (the soak script sets one).
+    isolated = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     where = subprocess.run(
         [python, "-c", "import service; print(service.__file__)"],
         cwd=tmp_path,
+        env=isolated,
         capture_output=True,
         text=True,
         check=True,
@@ -130,6 +134,7 @@ def test_the_installed_wheel_serves_from_an_empty_directory(
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
     environ = studio_environ(
+        PYTHONPATH="",
         STUDIO_PORT=str(port),
         STUDIO_BASE_URL=base_url,
         STUDIO_REDIS_URL=redis_server.url,
