@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             return serve(settings, workers=args.workers, reuse_port=args.reuse_port)
         elif args.command == "worker":
             work(settings)
-        elif args.command in ("works", "credits"):
+        elif args.command in ("works", "credits", "sessions"):
             return asyncio.run(operator.run(args, settings))
         else:
             dev(settings)

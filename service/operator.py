@@ -11,6 +11,7 @@ from redis.exceptions import RedisError
 
 from .auth.accounts import AccountStore
 from .auth.identity import address_key
+from .auth.sessions import SessionStore
 from .settings import Settings, SettingsError
 from .square.feed import SquareStore
 from .studio.ledger import InsufficientCredits, Ledger, UnknownAccount
@@ -33,6 +34,11 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     grant_parser.add_argument("email")
     grant_parser.add_argument("amount", type=int)
     grant_parser.add_argument("--note", default="")
+    sessions = commands.add_parser("sessions", help="end a person's sessions")
+    revoke = sessions.add_subparsers(dest="sessions_command", required=True)
+    revoke.add_parser("revoke", help="sign an account out everywhere").add_argument(
+        "email"
+    )
 
 
 async def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -43,6 +49,8 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
     try:
         if args.command == "works":
             return await _works(redis, args.action, args.work_id)
+        if args.command == "sessions":
+            return await _revoke(redis, settings, args.email)
         return await _grant(redis, settings, args.email, args.amount, args.note)
     except RedisError as err:
         print(f"studio: Redis unavailable: {type(err).__name__}", file=sys.stderr)
@@ -64,6 +72,27 @@ async def _works(redis: Redis, action: str, work_id: str) -> int:
     return OK
 
 
+async def _account_id(redis: Redis, settings: Settings, email: str) -> str | None:
+    ledger = Ledger(
+        redis,
+        trial_credits=settings.trial_credits,
+        expire_months=settings.workbench.expire_months,
+    )
+    return await AccountStore(redis, ledger).find(
+        address_key(email.strip().lower(), settings.secret_key)
+    )
+
+
+async def _revoke(redis: Redis, settings: Settings, email: str) -> int:
+    account_id = await _account_id(redis, settings, email)
+    if account_id is None:
+        print(f"studio: no account for {email}", file=sys.stderr)
+        return REFUSED
+    ended = await SessionStore(redis).end_all(account_id)
+    print(f"{ended} sessions ended")
+    return OK
+
+
 async def _grant(
     redis: Redis, settings: Settings, email: str, amount: int, note: str
 ) -> int:
@@ -75,9 +104,7 @@ async def _grant(
         trial_credits=settings.trial_credits,
         expire_months=settings.workbench.expire_months,
     )
-    account_id = await AccountStore(redis, ledger).find(
-        address_key(email.strip().lower(), settings.secret_key)
-    )
+    account_id = await _account_id(redis, settings, email)
     try:
         if account_id is None:
             raise UnknownAccount(email)

@@ -94,6 +94,7 @@ def test_the_app_has_no_aiohttp_middleware_signal_or_sub_app(
         "/api/auth/code",
         "/api/auth/verify",
         "/api/auth/logout",
+        "/api/auth/logout-everywhere",
         "/api/me",
         "/api/square",
         "/api/square/{work_id}",

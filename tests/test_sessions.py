@@ -5,10 +5,12 @@ from __future__ import annotations
 import inspect
 import re
 import time
+from pathlib import Path
 
 import pytest
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
 
 from service.app import create_app
@@ -18,9 +20,13 @@ from service.auth.sessions import (
     SessionStore,
     is_anonymous,
     session_key,
+    sessions_index_key,
 )
+from service.store.embedded import MailCatcher, RedisServer
 
-from .conftest import Client, SettingsFactory
+from .conftest import TEST_SECRET, Client, SettingsFactory, forget_limits
+from .processes import studio_environ
+from .workbench import new_address, sign_in, studio_command
 
 # The anonymous /api routes (sign-in and the square); everything else needs a session.
 ANONYMOUS = {
@@ -154,3 +160,65 @@ async def test_touching_never_brings_back_an_ended_session(redis: Redis) -> None
     await redis.delete(session.key)  # the logout lands first
     assert not await store.touch(session.key, session.created, now + 3600)
     assert not await redis.exists(session.key)
+
+
+async def test_sign_out_everywhere_ends_every_session_of_the_account(
+    aiohttp_client: AiohttpClient,
+    make_settings: SettingsFactory,
+    mail_server: MailCatcher,
+    redis: Redis,
+    redis_server: RedisServer,
+) -> None:
+    """Two browsers, one account: logout-everywhere from one ends both."""
+    phone = await aiohttp_client(create_app(make_settings()))
+    laptop = await aiohttp_client(create_app(make_settings()))
+    email = new_address()
+    me = await sign_in(phone, mail_server, email)
+    await forget_limits(redis)  # what waiting out the address's cooldown would do
+    await sign_in(laptop, mail_server, email)
+    assert (await laptop.get("/api/me")).status == 200
+    index = await redis.zcard(sessions_index_key(me["id"]))
+    assert index == 2
+    response = await phone.post("/api/auth/logout-everywhere")
+    assert response.status == 204
+    assert response.cookies["studio_session"].value == ""
+    assert (await laptop.get("/api/me")).status == 401
+    assert (await phone.get("/api/me")).status == 401
+    assert [k async for k in redis.scan_iter("studio:session:*")] == []
+    # the operator's way: sign in again, then revoke from the shell
+    await forget_limits(redis)
+    await sign_in(laptop, mail_server, email)
+    environ = studio_environ(
+        STUDIO_REDIS_URL=redis_server.url, STUDIO_SECRET_KEY=TEST_SECRET
+    )
+    done = await studio_command("sessions", "revoke", email, environ=environ)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1 sessions ended"
+    assert (await laptop.get("/api/me")).status == 401
+    unknown = await studio_command(
+        "sessions", "revoke", "nobody@example.com", environ=environ
+    )
+    assert unknown.returncode == 1
+
+
+async def test_logout_clears_the_cookie_even_when_redis_is_gone(
+    aiohttp_client: AiohttpClient,
+    make_settings: SettingsFactory,
+    mail_server: MailCatcher,
+    tmp_path: Path,
+) -> None:
+    """Redis stopped: 503, but the browser forgets the session cookie all the same."""
+    server = RedisServer(data_dir=tmp_path / "redis")
+    server.start()
+    try:
+        client = await aiohttp_client(
+            create_app(make_settings(STUDIO_REDIS_URL=server.url))
+        )
+        await sign_in(client, mail_server)
+        server.stop()
+        response = await client.post("/api/auth/logout")
+        assert response.status == 503
+        assert await response.json() == {"error": "UNAVAILABLE"}
+        assert response.cookies["studio_session"].value == ""
+    finally:
+        server.stop()

@@ -14,6 +14,7 @@ from ..api.errors import ApiError
 from ..api.payloads import json_response, read_json
 from ..keys import ACCOUNTS, CODES, CONTENT, MAILER, SESSION, SESSIONS, SETTINGS
 from ..limits.http import enforce, refund
+from ..store.deadline import within
 from .codes import CODE_TTL_SECONDS, Verdict
 from .cookies import read_cookie
 from .identity import parse_address
@@ -24,6 +25,8 @@ _LOGGER: Final = logging.getLogger(__name__)
 RESEND_AFTER_SECONDS: Final = 60
 MAIL_RETRY_AFTER: Final = "30"
 _MAX_CODE_INPUT: Final = 64
+# Signing out waits this long for Redis, then clears the cookie regardless.
+LOGOUT_BUDGET_SECONDS: Final = 1.0
 
 
 @anonymous
@@ -116,9 +119,37 @@ async def verify(request: web.Request) -> web.StreamResponse:
 
 @anonymous
 async def logout(request: web.Request) -> web.StreamResponse:
-    """End the session the request carries, if any, and clear the cookie."""
+    """End the session the request carries, if any, and clear the cookie.
+
+    The browser's cookie is cleared even when Redis cannot be reached: the
+    answer is then 503, and the session ends at its own expiry at the latest.
+    """
+    secure = request.config_dict[SETTINGS].https
     if token := read_cookie(request.headers, COOKIE):
-        await request.config_dict[SESSIONS].delete(token)
+        try:
+            await within(
+                LOGOUT_BUDGET_SECONDS, request.config_dict[SESSIONS].delete(token)
+            )
+        except (RedisError, OSError, TimeoutError):
+            cleared = web.Response()
+            clear_session_cookie(cleared, secure=secure)
+            raise ApiError(
+                503,
+                "UNAVAILABLE",
+                headers={
+                    "Retry-After": "5",
+                    "Set-Cookie": cleared.cookies[COOKIE].OutputString(),
+                },
+            ) from None
+    response = web.Response(status=204, headers={"Cache-Control": "no-store"})
+    clear_session_cookie(response, secure=secure)
+    return response
+
+
+async def logout_everywhere(request: web.Request) -> web.StreamResponse:
+    """End every session of my account, this one included, and their streams."""
+    ended = await request.config_dict[SESSIONS].end_all(request[SESSION].account_id)
+    _LOGGER.info("signed out everywhere: %d sessions", ended)
     response = web.Response(status=204, headers={"Cache-Control": "no-store"})
     clear_session_cookie(response, secure=request.config_dict[SETTINGS].https)
     return response
@@ -140,6 +171,9 @@ def setup_auth_routes(api: ApiBoundary) -> None:
             web.post("/auth/code", request_code, name="auth_code"),
             web.post("/auth/verify", verify, name="auth_verify"),
             web.post("/auth/logout", logout, name="auth_logout"),
+            web.post(
+                "/auth/logout-everywhere", logout_everywhere, name="auth_logout_all"
+            ),
             web.get("/me", me, name="me"),
         ]
     )

@@ -76,6 +76,11 @@ def session_key(token: str) -> str:
     return f"studio:session:{{{digest}}}"
 
 
+def sessions_index_key(account_id: str) -> str:
+    """Name the set of an account's sessions, under the account's hash tag."""
+    return f"studio:acct:{{{account_id}}}:sessions"
+
+
 def _ttl(created: int, now: int) -> int:
     return max(1, min(IDLE_SECONDS, created + ABSOLUTE_SECONDS - now))
 
@@ -89,10 +94,21 @@ class SessionStore:
         self._end = redis.register_script(_END)
 
     async def create(self, account_id: str) -> tuple[str, Session]:
-        """Open a session for an account; return the cookie token and the session."""
+        """Open a session for an account; return the cookie token and the session.
+
+        The account's index of sessions is written first: an index entry whose
+        session never came to be is harmless, a session missing from the index
+        would escape "sign out everywhere".
+        """
         token = base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
         now = int(time.time())
         key = session_key(token)
+        index = sessions_index_key(account_id)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.zadd(index, {key: now})
+            pipe.zremrangebyscore(index, "-inf", now - ABSOLUTE_SECONDS)
+            pipe.expire(index, ABSOLUTE_SECONDS)
+            await pipe.execute()
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hset(key, mapping={"account": account_id, "created": now, "seen": now})
             pipe.expire(key, _ttl(now, now))
@@ -127,7 +143,23 @@ class SessionStore:
     async def delete(self, token: str) -> None:
         """End a session and its open event streams; unknown tokens are a no-op."""
         if _TOKEN.fullmatch(token):
-            await self._end(keys=[session_key(token)])
+            key = session_key(token)
+            account = await self._end(keys=[key])
+            if account:
+                text = account.decode() if isinstance(account, bytes) else str(account)
+                await self._redis.zrem(sessions_index_key(text), key)
+
+    async def end_all(self, account_id: str) -> int:
+        """End every session of an account (and their event streams); count them."""
+        index = sessions_index_key(account_id)
+        found: list[bytes] = await self._redis.zrange(index, 0, -1)  # type: ignore[assignment]
+        keys = [key.decode() for key in found]
+        ended = 0
+        for key in keys:
+            if await self._end(keys=[key]):
+                ended += 1
+        await self._redis.delete(index)
+        return ended
 
 
 def set_session_cookie(
