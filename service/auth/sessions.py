@@ -18,12 +18,15 @@ from redis.asyncio import Redis
 from ..api.boundary import ApiBoundary
 from ..api.errors import ApiError
 from ..keys import SESSION, SESSIONS
+from ..store.deadline import within
 from .cookies import read_cookie
 
 COOKIE: Final = "studio_session"
 IDLE_SECONDS: Final = 7 * 24 * 3600
 ABSOLUTE_SECONDS: Final = 30 * 24 * 3600
 TOUCH_SECONDS: Final = 3600
+# How long a request waits for its session before answering 503 UNAVAILABLE.
+SESSION_BUDGET_SECONDS: Final = 0.25
 _TOKEN: Final = re.compile(r"[A-Za-z0-9_-]{43}")
 
 # Touch only a session that still exists: a concurrent logout must stay final.
@@ -193,7 +196,12 @@ def setup_sessions(api: ApiBoundary, *, secure: bool) -> None:
             """Load the session, or refuse; the Authorization header is never read."""
             token = read_cookie(request.headers, COOKIE)
             store = request.app[SESSIONS]
-            session = await store.load(token) if token else None
+            # A stalled Redis answers 503 in a quarter second, not in seconds.
+            session = (
+                await within(SESSION_BUDGET_SECONDS, store.load(token))
+                if token
+                else None
+            )
             if session is None:
                 headers = {}
                 if token is not None:
