@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
@@ -82,6 +84,17 @@ async def client(
 ) -> Client:
     """A test client on the real app from the factory, over an empty database."""
     return await aiohttp_client(create_app(settings))
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Keep a full collection over earlier tests' garbage out of a timed section."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 async def forget_limits(redis: Redis) -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import logging
 import threading
 import time
@@ -19,7 +17,7 @@ from redis.asyncio import Redis
 from service.app import create_app
 from service.store.embedded import MailCatcher, RedisServer, free_port
 
-from .conftest import Client, SettingsFactory, latest_code
+from .conftest import Client, SettingsFactory, collector_paused, latest_code
 
 
 class FlakyRelay(MailCatcher):
@@ -67,17 +65,6 @@ def _address() -> str:
     return f"fault-{uuid.uuid4().hex[:10]}@example.com"
 
 
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Keep a full collection over earlier tests' garbage out of a timed section."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
 @pytest.mark.parametrize("mode", ["refuse", "hang"])
 async def test_a_failing_relay_gives_503_in_time_and_a_retry_works(
     flaky_client: Client, relay: FlakyRelay, redis: Redis, mode: str
@@ -85,7 +72,7 @@ async def test_a_failing_relay_gives_503_in_time_and_a_retry_works(
     """No code stays valid after a failed send; the address may ask again at once."""
     email = _address()
     relay.mode = mode
-    with _collector_paused():
+    with collector_paused():
         started = time.monotonic()
         failed = await flaky_client.post("/api/auth/code", json={"email": email})
         assert time.monotonic() - started < 1.5
@@ -117,7 +104,7 @@ async def test_a_relay_that_never_greets_times_out_within_the_deadline(
     server = await asyncio.start_server(accept, "127.0.0.1", port)
     settings = make_settings(STUDIO_SMTP_PORT=str(port), STUDIO_SMTP_TIMEOUT="0.5")
     client = await aiohttp_client(create_app(settings))
-    with _collector_paused():
+    with collector_paused():
         started = time.monotonic()
         response = await client.post("/api/auth/code", json={"email": _address()})
         assert time.monotonic() - started < 1.5
@@ -157,7 +144,7 @@ async def test_redis_down_gives_503_never_500_and_sign_in_recovers(
         ("POST", "/api/auth/verify", {"email": email, "code": "12345678"}),
         ("GET", "/api/me", None),
     ):
-        with _collector_paused():
+        with collector_paused():
             started = time.monotonic()
             response = await stoppable.request(
                 method,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import AsyncIterator, Iterator
 
@@ -14,7 +13,7 @@ from service.keys import LIMITER, SQUARE
 from service.store.embedded import MailCatcher, RedisServer
 
 from .chaos import HangingProxy
-from .conftest import Client, SettingsFactory
+from .conftest import Client, SettingsFactory, collector_paused
 from .test_square import sample_work
 from .workbench import sign_in
 
@@ -58,12 +57,8 @@ async def _assert_degraded(client: Client) -> None:
     # The bound is about waiting on Redis, not about this test process's heap: a
     # full collection over everything earlier tests left behind must not land in
     # a timed request (production freezes its start-up objects instead).
-    gc.collect()
-    gc.disable()
-    try:
+    with collector_paused():
         await _time_degraded(client)
-    finally:
-        gc.enable()
 
 
 async def _time_degraded(client: Client) -> None:
@@ -130,11 +125,7 @@ async def test_a_hung_redis_answers_a_session_route_503_within_its_budget(
     client = await aiohttp_client(create_app(make_settings(STUDIO_REDIS_URL=proxy.url)))
     await sign_in(client, mail_server)
     proxy.hang = True
-    gc.collect()
-    gc.disable()  # the bound is about Redis, not this process's collector
-    try:
+    with collector_paused():  # the bound is about Redis, not the collector
         status, took = await _timed(client, "GET", "/api/me")
-    finally:
-        gc.enable()
     assert status == 503
     assert took < 0.6, took

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import socket
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterable, Iterator
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 import pytest
@@ -25,7 +24,7 @@ from service.store.deadline import PATIENCE, SETTLE_SECONDS, within
 from service.store.embedded import MailCatcher, RedisServer
 
 from .chaos import HangingProxy
-from .conftest import Client
+from .conftest import Client, collector_paused
 
 # Longer than a decision's budget, so the deadline falls inside the stall.
 STALL = 1.5 * DECISION_BUDGET_SECONDS
@@ -57,17 +56,6 @@ def _busy(seconds: float) -> None:
     end = time.perf_counter() + seconds
     while time.perf_counter() < end:
         pass
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Keep a full collection over earlier tests' garbage out of a timed section."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _stalling_after_write(stalls: list[float]) -> type[Connection]:
@@ -160,7 +148,7 @@ async def test_within_gives_up_on_a_silent_peer_without_cutting_the_read() -> No
     reader, writer = await asyncio.open_connection(sock=ours)
     read = asyncio.ensure_future(reader.readexactly(2))
     try:
-        with _collector_paused():
+        with collector_paused():
             started = time.monotonic()
             with pytest.raises(TimeoutError):
                 await within(0.05, read)
@@ -183,7 +171,7 @@ async def test_a_hung_redis_still_fails_the_decision_within_its_budget(
     limiter = Limiter.from_url(proxy.url)
     try:
         for attempt in range(3):
-            with _collector_paused():
+            with collector_paused():
                 started = time.monotonic()
                 with pytest.raises(LimiterUnavailable):
                     await limiter.check(f"test:hung-{attempt}", [POLICY])

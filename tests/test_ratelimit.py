@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import multiprocessing
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import pytest
@@ -30,19 +28,10 @@ from service.limits.limiter import (
 )
 from service.store.embedded import RedisServer, free_port
 
+from .conftest import collector_paused
+
 HOUR_US = 3_600_000_000
 NOW = 1_763_726_460_000_000
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Keep a full collection over earlier tests' garbage out of a timed section."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 @pytest.fixture
@@ -321,7 +310,7 @@ async def test_a_dead_redis_fails_fast_and_opens_the_breaker(
     monkeypatch.setattr(pool, "get_connection", counted)
     try:
         for _ in range(3):
-            with _collector_paused():
+            with collector_paused():
                 started = time.monotonic()
                 with pytest.raises(LimiterUnavailable):
                     await limiter.check("test:dead", [policy])

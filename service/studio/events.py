@@ -11,7 +11,7 @@ from typing import Any, Final
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from .ledger import events_channel
+from .ledger import events_channel, text
 
 _LOGGER: Final = logging.getLogger(__name__)
 # An event stream that falls this far behind is closed; its browser reconnects.
@@ -97,7 +97,7 @@ class EventHub:
                 continue
             if not message or message["type"] != "message":
                 continue
-            channel = _text(message["channel"])
+            channel = text(message["channel"])
             account_id = channel.rpartition(":")[2]
             try:
                 event = json.loads(message["data"])
@@ -120,10 +120,6 @@ class EventHub:
                 await self._reader
         with contextlib.suppress(RedisError, OSError):
             await self._pubsub.aclose()  # type: ignore[no-untyped-call]
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _ignore(task: asyncio.Future[None]) -> None:

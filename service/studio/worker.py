@@ -22,9 +22,9 @@ from ..content import Content, Model
 from ..metrics import Metrics
 from ..settings import WorkbenchSettings
 from .generations import GenerationStore
-from .ledger import iso, now
+from .ledger import iso, now, text
 from .media.demo_art import thumbnail_webp, video_info, video_poster
-from .media.store import MediaStore, new_key
+from .media.store import CONTENT_TYPES, MediaStore, new_key
 from .queue import CANCEL_CHANNEL, JobQueue
 from .upstreams.base import Output, Request, Upstream, UpstreamError
 
@@ -294,7 +294,7 @@ class Worker:
             if duration is not None:
                 work["duration"] = round(duration, 2)
             work |= {
-                "content_type": _CONTENT_TYPES[output.extension],
+                "content_type": CONTENT_TYPES[output.extension],
                 "created_at": created,
                 "published_at": None,
                 "favorites": 0,
@@ -346,7 +346,7 @@ class Worker:
                 while not stop.is_set():
                     message = await pubsub.get_message(timeout=1.0)
                     if message and message["type"] == "message":
-                        self._stop_local(_text(message["data"]))
+                        self._stop_local(text(message["data"]))
             except (RedisError, OSError) as err:
                 _LOGGER.warning("cancel channel: %s", type(err).__name__)
                 await _sleep_or_stop(stop, 1.0)
@@ -360,14 +360,6 @@ class Worker:
                 running.task.cancel()
 
 
-_CONTENT_TYPES: Final = {
-    "png": "image/png",
-    "jpg": "image/jpeg",
-    "webp": "image/webp",
-    "mp4": "video/mp4",
-}
-
-
 @functools.lru_cache(maxsize=16)
 def _thumbnail(data: bytes) -> tuple[bytes, int, int]:
     """Thumbnail an image once: a seed and prompt give the same image every time."""
@@ -377,10 +369,6 @@ def _thumbnail(data: bytes) -> tuple[bytes, int, int]:
 def _size(size: str) -> tuple[int, int]:
     width, _, height = size.partition("x")
     return int(width), int(height)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def _succeed_args(works: list[dict[str, Any]]) -> list[str]:
