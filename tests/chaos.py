@@ -1,4 +1,4 @@
-"""A TCP proxy in front of Redis that can go silent: a hung server on demand."""
+"""A TCP proxy in front of Redis that can go silent or slow: a sick server on demand."""
 
 from __future__ import annotations
 
@@ -9,12 +9,16 @@ from service.store.embedded import free_port
 
 
 class HangingProxy:
-    """Relay to a target port; in `hang` mode accept and relay nothing, ever."""
+    """Relay to a target port; in `hang` mode accept and relay nothing, ever.
+
+    With `delay` set, every reply reaches the client that many seconds late.
+    """
 
     def __init__(self, target_port: int) -> None:
         self.target_port = target_port
         self.port = free_port()
         self.hang = False
+        self.delay = 0.0
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
 
@@ -46,14 +50,20 @@ class HangingProxy:
         )
         self._writers.add(up_writer)
         await asyncio.gather(
-            self._pump(reader, up_writer), self._pump(up_reader, writer)
+            self._pump(reader, up_writer), self._pump(up_reader, writer, late=True)
         )
 
     async def _pump(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        late: bool = False,
     ) -> None:
         with contextlib.suppress(ConnectionError, OSError):
             while data := await reader.read(65536):
+                if late and self.delay:
+                    await asyncio.sleep(self.delay)
                 if not self.hang:
                     writer.write(data)
                     await writer.drain()

@@ -129,3 +129,28 @@ async def test_a_hung_redis_answers_a_session_route_503_within_its_budget(
         status, took = await _timed(client, "GET", "/api/me")
     assert status == 503
     assert took < 0.6, took
+
+
+async def test_a_slow_redis_still_serves_a_process_first_square_page(
+    aiohttp_client: AiohttpClient, make_settings: SettingsFactory, proxy: HangingProxy
+) -> None:
+    """With nothing in memory to fall back on, a late answer beats a 503."""
+    client = await aiohttp_client(create_app(make_settings(STUDIO_REDIS_URL=proxy.url)))
+    work = await client.app[SQUARE].publish(sample_work(1), owner="someone")
+    proxy.delay = 0.15  # each reply later than the warm read budget of 0.1 s
+    response = await client.get("/api/square")
+    assert response.status == 200
+    assert [item["id"] for item in (await response.json())["items"]] == [work.id]
+
+
+async def test_a_hung_redis_answers_a_cold_square_page_503_within_a_second(
+    aiohttp_client: AiohttpClient, make_settings: SettingsFactory, proxy: HangingProxy
+) -> None:
+    """The longer budget of a first read still ends: 503, never a hang."""
+    client = await aiohttp_client(create_app(make_settings(STUDIO_REDIS_URL=proxy.url)))
+    await client.app[SQUARE].publish(sample_work(1), owner="someone")
+    proxy.hang = True
+    with collector_paused():
+        status, took = await _timed(client, "GET", "/api/square")
+    assert status == 503
+    assert took < 1.6, took

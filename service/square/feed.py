@@ -36,6 +36,9 @@ CACHE_CONTROL: Final = "max-age=10"
 FRESH_SECONDS: Final = 2.0
 STALE_SECONDS: Final = 600.0
 READ_BUDGET_SECONDS: Final = 0.1
+# With no copy in memory to fall back on (a process's first read of a page), a
+# slow answer is still better than none: the read may take this long.
+COLD_BUDGET_SECONDS: Final = 1.0
 # After a failed read, stop asking Redis for this long and serve what we have.
 BACKOFF_SECONDS: Final = 1.0
 _LOGGER: Final = logging.getLogger(__name__)
@@ -204,34 +207,41 @@ class SquareStore:
 
         Concurrent misses of one key share a single read. When Redis already
         failed this request (`degraded`), or does not answer the version in
-        budget, a stale copy is served without asking it again.
+        budget, a stale copy is served without asking it again; with no copy
+        at all, Redis gets the longer cold budget instead of a quick 503.
         """
-        if version is None and not degraded and time.monotonic() >= self._down_until:
+        stale, fallback = self._cache.get(key, STALE_SECONDS, None)
+        budget = READ_BUDGET_SECONDS if stale else COLD_BUDGET_SECONDS
+        asking = not degraded or not stale  # with nothing to serve, ask anyway
+        if version is None and asking and time.monotonic() >= self._down_until:
             try:
-                version = await within(READ_BUDGET_SECONDS, self._probe.current())
+                version = await within(budget, self._probe.current())
             except (RedisError, OSError, TimeoutError):
                 self._down_until = time.monotonic() + BACKOFF_SECONDS
         if version is None:
-            hit, value = self._cache.get(key, STALE_SECONDS, None)
-            if hit:
+            if stale:
                 _LOGGER.warning("square served from memory: Redis unavailable")
-                return value
+                return fallback
             raise TimeoutError("square unavailable")
         hit, value = self._cache.get(key, FRESH_SECONDS, version)
         if hit:
             return value
         pending = self._reads.get((key, version))
         if pending is None:
-            pending = asyncio.ensure_future(self._read(key, version, read))
+            pending = asyncio.ensure_future(self._read(key, version, read, budget))
             self._reads[(key, version)] = pending
             pending.add_done_callback(lambda _: self._reads.pop((key, version), None))
         return await asyncio.shield(pending)
 
     async def _read(
-        self, key: object, version: int, read: Callable[[], Awaitable[object]]
+        self,
+        key: object,
+        version: int,
+        read: Callable[[], Awaitable[object]],
+        budget: float,
     ) -> Any:
         try:
-            value = await within(READ_BUDGET_SECONDS, read())
+            value = await within(budget, read())
         except (RedisError, OSError, TimeoutError):
             self._down_until = max(self._down_until, time.monotonic() + BACKOFF_SECONDS)
             raise
