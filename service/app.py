@@ -18,6 +18,7 @@ from .api.csrf import setup_csrf
 from .api.errors import FALLBACK, fallback_handler, setup_errors
 from .auth.endpoints import setup_auth_routes
 from .auth.mailer import mailer_ctx
+from .auth.session_cache import session_cache_ctx
 from .auth.sessions import setup_sessions
 from .content import Content, load_content
 from .keys import CONTENT, METRICS, SECURITY, SETTINGS
@@ -234,6 +235,7 @@ def create_app(
     app.cleanup_ctx.extend(
         [
             redis_ctx,
+            session_cache_ctx,
             limiter_ctx,
             mailer_ctx,
             studio_ctx,

@@ -20,6 +20,7 @@ from ..api.errors import ApiError
 from ..keys import SESSION, SESSIONS
 from ..store.deadline import within
 from .cookies import read_cookie
+from .session_cache import ENDED_CHANNEL, SessionCache
 
 COOKIE: Final = "studio_session"
 IDLE_SECONDS: Final = 7 * 24 * 3600
@@ -41,6 +42,7 @@ return 1
 _END: Final = """
 local account = redis.call('HGET', KEYS[1], 'account')
 redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', ARGV[1], KEYS[1])
 if account then
   redis.call('PUBLISH', 'studio:events:' .. account,
              cjson.encode({event = '_logout', session = KEYS[1]}))
@@ -95,6 +97,7 @@ class SessionStore:
         self._redis = redis
         self._touch = redis.register_script(_TOUCH)
         self._end = redis.register_script(_END)
+        self.cache = SessionCache()
 
     async def create(self, account_id: str) -> tuple[str, Session]:
         """Open a session for an account; return the cookie token and the session.
@@ -123,11 +126,16 @@ class SessionStore:
         if not _TOKEN.fullmatch(token):
             return None
         key = session_key(token)
+        now = int(time.time())
+        if (cached := self.cache.get(key)) is not None:
+            if now - cached.created < ABSOLUTE_SECONDS:
+                return cached
+            self.cache.drop(key)
+        epoch = self.cache.epoch
         fields = await self._redis.hgetall(key)
         if not {b"account", b"created", b"seen"} <= set(fields):
             return None  # absent, or not a whole record
         created, seen = int(fields[b"created"]), int(fields[b"seen"])
-        now = int(time.time())
         if now - created >= ABSOLUTE_SECONDS:
             await self._redis.delete(key)
             return None
@@ -137,7 +145,9 @@ class SessionStore:
             seen = now
         account = fields[b"account"]
         text = account.decode() if isinstance(account, bytes) else str(account)
-        return Session(key, text, created, seen)
+        session = Session(key, text, created, seen)
+        self.cache.put(session, epoch)
+        return session
 
     async def touch(self, key: str, created: int, now: int) -> bool:
         """Mark a session seen and extend its idle expiry, if it still exists."""
@@ -147,7 +157,9 @@ class SessionStore:
         """End a session and its open event streams; unknown tokens are a no-op."""
         if _TOKEN.fullmatch(token):
             key = session_key(token)
-            account = await self._end(keys=[key])
+            self.cache.drop(key)
+            account = await self._end(keys=[key], args=[ENDED_CHANNEL])
+            self.cache.drop(key)  # a read that raced the end may have kept it
             if account:
                 text = account.decode() if isinstance(account, bytes) else str(account)
                 await self._redis.zrem(sessions_index_key(text), key)
@@ -159,8 +171,9 @@ class SessionStore:
         keys = [key.decode() for key in found]
         ended = 0
         for key in keys:
-            if await self._end(keys=[key]):
+            if await self._end(keys=[key], args=[ENDED_CHANNEL]):
                 ended += 1
+            self.cache.drop(key)
         await self._redis.delete(index)
         return ended
 
