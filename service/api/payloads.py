@@ -40,8 +40,11 @@ async def read_json(
     if request.content_type != "application/json":
         raise ApiError(415, "UNSUPPORTED_MEDIA_TYPE")
     try:
-        async with body_deadline(request, JSON_READ_SECONDS):
-            raw = await request.read()  # over client_max_size: aiohttp raises 413
+        if request.content.is_eof():  # all here already: no wait, no timer
+            raw = await request.read()
+        else:
+            async with body_deadline(request, JSON_READ_SECONDS):
+                raw = await request.read()  # over client_max_size: raises 413
     except RequestPayloadError:  # broken framing, e.g. a bad chunk: no echo of it
         raise ApiError(400, "BAD_REQUEST") from None
     try:
