@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Final
+from typing import Any, Final
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -99,11 +99,15 @@ def setup_request_metrics(api: ApiBoundary, metrics: Metrics) -> None:
 
     def layer(route: web.RouteDef, handler: Handler) -> Handler:
         name = route_name(route) or "unnamed"
+        counters: dict[int, Any] = {}  # a route's series by status, looked up once
 
         async def counted(request: web.Request) -> web.StreamResponse:
             """Count the answer, whatever it is."""
             response = await handler(request)
-            metrics.requests.labels(name, str(response.status)).inc()
+            status = response.status
+            if (counter := counters.get(status)) is None:
+                counter = counters[status] = metrics.requests.labels(name, str(status))
+            counter.inc()
             return response
 
         return counted
