@@ -109,7 +109,7 @@ async def test_each_request_is_one_json_line_without_query_or_cookies(
     assert "s3cr3t" not in text
 
 
-async def test_an_absent_or_odd_request_id_is_replaced_by_a_short_random_one(
+async def test_an_absent_or_odd_request_id_is_replaced_by_a_short_unique_one(
     pipe: tuple[int, int],
 ) -> None:
     """Only a sane X-Request-Id is trusted; anything else gets 12 hex digits."""
