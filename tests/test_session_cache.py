@@ -1,4 +1,4 @@
-"""Each process keeps the sessions it read for seconds, and forgets ended ones at once."""
+"""Each process keeps the sessions it read for seconds, forgetting ended ones at once."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ async def test_a_shell_revoke_ends_sessions_cached_by_a_running_app(
         "STUDIO_SECRET_KEY": settings.secret_key,
     }
     done = await studio_command("sessions", "revoke", email, environ=environ)
-    assert done.returncode == 0, done.output
+    assert done.returncode == 0, done.stderr
     assert await _status_soon(client, {}, 401) == 401
 
 
