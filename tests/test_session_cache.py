@@ -1,4 +1,4 @@
-"""Each process keeps the sessions it read for seconds, forgetting ended ones at once."""
+"""Each process keeps sessions it read for seconds, forgetting ended ones at once."""
 
 from __future__ import annotations
 
