@@ -1,15 +1,17 @@
 # The service alone, as production runs it: `python -m service serve`.
 # Stage 1 builds the wheel (package data included: config, content, templates,
-# static, Lua); the runtime image installs only that wheel, no source tree.
+# static, Lua); the runtime image installs only that wheel, no source tree, and
+# its dependencies exactly as requirements.lock pins and hashes them (`make lock`).
 FROM python:3.11-slim AS build
 
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md requirements.lock ./
 COPY service ./service
-RUN pip wheel --no-deps --wheel-dir /wheels .
+RUN pip wheel --no-deps --wheel-dir /wheels . \
+    && cp requirements.lock /wheels/
 
 FROM python:3.11-slim
 
@@ -22,8 +24,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     STUDIO_MEDIA_DIR=/data/media
 
 # /data/media is the media store's volume (compose mounts it in app and worker).
+# Every dependency pinned and checked against its hash, prebuilt wheels only;
+# then the service's wheel, which brings nothing else in.
 COPY --from=build /wheels /wheels
-RUN pip install /wheels/*.whl \
+RUN pip install --require-hashes --only-binary=:all: -r /wheels/requirements.lock \
+    && pip install --no-deps /wheels/*.whl \
     && rm -rf /wheels \
     && useradd --system --uid 10001 --no-create-home studio \
     && mkdir -p /data/media && chown studio /data/media

@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench lock clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -33,6 +33,15 @@ bench: $(VENV)/.dev
 	$(BIN)/python bench/documents.py
 	$(BIN)/python bench/square.py
 	$(BIN)/python bench/jobs.py
+
+# requirements.lock: every runtime dependency pinned with its hashes, for any Linux
+# (x86_64, aarch64) and Python 3.11+, as the image installs it (--require-hashes).
+# Keeps existing pins; `make lock LOCK_FLAGS=--upgrade` moves them to the newest.
+lock: | $(BIN)/python
+	$(BIN)/pip install --quiet uv
+	$(BIN)/uv pip compile pyproject.toml --universal --python-version 3.11 \
+		--generate-hashes --custom-compile-command 'make lock' $(LOCK_FLAGS) \
+		--output-file requirements.lock
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from aiohttp import web
-from redis.asyncio import Redis
 
 from . import operator
 from .app import create_app, freeze_startup_objects
@@ -29,6 +28,7 @@ from .settings import (
     require_production,
     variable,
 )
+from .store.connect import connect
 from .store.embedded import MailCatcher, RedisServer
 from .studio.media.store import DirectoryStore
 from .studio.upstreams.registry import Upstreams
@@ -136,8 +136,12 @@ async def _until_signal() -> None:
 
 
 async def _work(settings: Settings) -> None:
-    redis = Redis.from_url(
-        settings.redis_url, socket_connect_timeout=1.0, socket_timeout=5.0
+    redis = connect(
+        settings.redis_url,
+        cluster=settings.redis_cluster,
+        connect_timeout=1.0,
+        socket_timeout=5.0,
+        retries=3,
     )
     content = load_content()
     upstreams = Upstreams(settings.workbench)
@@ -148,6 +152,7 @@ async def _work(settings: Settings) -> None:
         settings=workbench,
         media=DirectoryStore(workbench.media_dir, workbench.media_public_url),
         upstream_for=upstreams,
+        wait_replicas=settings.redis_wait_replicas,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -266,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
             return serve(settings, workers=args.workers, reuse_port=args.reuse_port)
         elif args.command == "worker":
             work(settings)
-        elif args.command in ("works", "credits", "sessions"):
+        elif args.command in ("works", "credits", "sessions", "keys"):
             return asyncio.run(operator.run(args, settings))
         else:
             dev(settings)

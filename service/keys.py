@@ -14,6 +14,7 @@ from .settings import Settings
 if TYPE_CHECKING:  # the stores import this module; their types are named in quotes
     from .auth.accounts import AccountStore  # noqa: F401
     from .auth.codes import CodeStore  # noqa: F401
+    from .auth.devices import DeviceStore  # noqa: F401
     from .auth.mailer import Mailer  # noqa: F401
     from .auth.sessions import Session, SessionStore  # noqa: F401
     from .metrics import Metrics  # noqa: F401
@@ -32,6 +33,7 @@ CONTENT: Final = web.AppKey("content", Content)
 REDIS: Final = web.AppKey("redis", Redis)
 MAILER: Final = web.AppKey["Mailer"]("mailer")
 CODES: Final = web.AppKey["CodeStore"]("codes")
+DEVICES: Final = web.AppKey["DeviceStore"]("devices")
 ACCOUNTS: Final = web.AppKey["AccountStore"]("accounts")
 SESSIONS: Final = web.AppKey["SessionStore"]("sessions")
 LIMITER: Final = web.AppKey("limiter", Limiter)

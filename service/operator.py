@@ -10,10 +10,11 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from .auth.accounts import AccountStore
-from .auth.identity import address_key
+from .auth.identity import Keyring
 from .auth.sessions import SessionStore
 from .settings import Settings, SettingsError
 from .square.feed import SquareStore
+from .store.connect import connect
 from .studio.ledger import InsufficientCredits, Ledger, UnknownAccount
 from .studio.works import WorkStore
 
@@ -22,7 +23,7 @@ REFUSED: Final = 1
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Declare `works unpublish|restore ID` and `credits grant EMAIL N [--note]`."""
+    """Declare `works`, `credits grant`, `sessions revoke` and `keys refile`."""
     works = commands.add_parser(
         "works", help="take a work off the square or restore it"
     )
@@ -39,18 +40,30 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     revoke.add_parser("revoke", help="sign an account out everywhere").add_argument(
         "email"
     )
+    keys = commands.add_parser("keys", help="after a STUDIO_SECRET_KEY rotation")
+    keys.add_subparsers(dest="keys_command", required=True).add_parser(
+        "refile", help="file every account's address under the current key"
+    )
 
 
 async def run(args: argparse.Namespace, settings: Settings) -> int:
     """Carry out an operator command; print the result or one line of refusal."""
     if not settings.redis_url:
         raise SettingsError("STUDIO_REDIS_URL: required")
-    redis = Redis.from_url(settings.redis_url, socket_timeout=5.0)
+    redis = connect(
+        settings.redis_url,
+        cluster=settings.redis_cluster,
+        connect_timeout=5.0,
+        socket_timeout=5.0,
+        retries=3,
+    )
     try:
         if args.command == "works":
             return await _works(redis, args.action, args.work_id)
         if args.command == "sessions":
             return await _revoke(redis, settings, args.email)
+        if args.command == "keys":
+            return await _refile(redis, settings)
         return await _grant(redis, settings, args.email, args.amount, args.note)
     except RedisError as err:
         print(f"studio: Redis unavailable: {type(err).__name__}", file=sys.stderr)
@@ -72,15 +85,27 @@ async def _works(redis: Redis, action: str, work_id: str) -> int:
     return OK
 
 
-async def _account_id(redis: Redis, settings: Settings, email: str) -> str | None:
+def _accounts(redis: Redis, settings: Settings) -> AccountStore:
+    """Reach accounts by address: the keys must be those the service runs with."""
+    if not settings.secret_key:
+        raise SettingsError("STUDIO_SECRET_KEY: required")
     ledger = Ledger(
         redis,
         trial_credits=settings.trial_credits,
         expire_months=settings.workbench.expire_months,
     )
-    return await AccountStore(redis, ledger).find(
-        address_key(email.strip().lower(), settings.secret_key)
-    )
+    keyring = Keyring(settings.secret_key, settings.secret_key_previous)
+    return AccountStore(redis, ledger, keyring)
+
+
+async def _account_id(redis: Redis, settings: Settings, email: str) -> str | None:
+    return await _accounts(redis, settings).find(email.strip().lower())
+
+
+async def _refile(redis: Redis, settings: Settings) -> int:
+    filed, kept, clashes = await _accounts(redis, settings).refile_all()
+    print(f"{filed} filed, {kept} already filed, {clashes} clashes")
+    return OK
 
 
 async def _revoke(redis: Redis, settings: Settings, email: str) -> int:
@@ -103,6 +128,7 @@ async def _grant(
         redis,
         trial_credits=settings.trial_credits,
         expire_months=settings.workbench.expire_months,
+        wait_replicas=settings.redis_wait_replicas,
     )
     account_id = await _account_id(redis, settings, email)
     try:

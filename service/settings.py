@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from email_validator import EmailNotValidError, validate_email
 
 from .limits.limiter import Policy
+from .store.connect import CLUSTER_SCHEMES
 
 # config/, content/ and templates/ live inside the package, so a wheel carries them.
 PACKAGE: Final = Path(__file__).resolve().parent
@@ -22,6 +23,8 @@ ROOT: Final = PACKAGE.parent
 DEFAULT_CONFIG: Final = PACKAGE / "config" / "default.toml"
 ENV_PREFIX: Final = "STUDIO_"
 OVERLAY_VARIABLE: Final = "STUDIO_CONFIG"
+
+REDIS_SCHEMES: Final = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster")
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 SmtpTls = Literal["off", "starttls", "tls"]
@@ -65,6 +68,8 @@ class Settings:
     port: int
     redis_url: str
     secret_key: str = field(repr=False)
+    # The key STUDIO_SECRET_KEY replaced: addresses filed under it are still found.
+    secret_key_previous: str = field(repr=False)
     trusted_proxies: tuple[IPNetwork, ...]
     contact_email: str
     mail_from: str
@@ -76,6 +81,10 @@ class Settings:
     access_log: bool = True
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 0
+    # Redis Cluster (redis_cluster or a redis+cluster:// URL) and the replicas
+    # a money-moving script waits for (WAIT) before it is acknowledged.
+    redis_cluster: bool = False
+    redis_wait_replicas: int = 0
 
     @property
     def https(self) -> bool:
@@ -135,15 +144,15 @@ def _build(raw: Mapping[str, Any]) -> Settings:
     tls = _text(raw, "smtp.tls").lower()
     if tls not in ("off", "starttls", "tls"):
         raise SettingsError(f"{variable('smtp.tls')}: must be off, starttls or tls")
-    secret_key = _text(raw, "secret_key")
-    if secret_key and len(secret_key) < 32:
-        raise SettingsError(f"{variable('secret_key')}: must be at least 32 characters")
+    secret_key = _secret(raw, "secret_key")
+    secret_key_previous = _secret(raw, "secret_key_previous")
     return Settings(
         base_url=base_url,
         host=_text(raw, "host") or "127.0.0.1",
         port=_integer(raw, "port", 1, 65535),
         redis_url=_redis_url(raw),
         secret_key=secret_key,
+        secret_key_previous=secret_key_previous,
         trusted_proxies=_networks(raw),
         contact_email=_email(raw, "contact_email"),
         mail_from=_email(raw, "mail_from") or f"no-reply@{host_name}",
@@ -174,6 +183,9 @@ def _build(raw: Mapping[str, Any]) -> Settings:
         access_log=_on_off(raw, "access_log"),
         metrics_host=_text(raw, "metrics.host") or "127.0.0.1",
         metrics_port=_integer(raw, "metrics.port", 0, 65535),
+        redis_cluster=_boolean(raw, "redis_cluster")
+        or _text(raw, "redis_url").startswith(CLUSTER_SCHEMES),
+        redis_wait_replicas=_integer(raw, "redis_wait_replicas", 0, 16),
     )
 
 
@@ -182,6 +194,13 @@ def _text(raw: Mapping[str, Any], key: str) -> str:
     if not isinstance(value, str):
         raise SettingsError(f"{variable(key)}: must be a string")
     return value.strip()
+
+
+def _secret(raw: Mapping[str, Any], key: str) -> str:
+    secret = _text(raw, key)
+    if secret and len(secret) < 32:
+        raise SettingsError(f"{variable(key)}: must be at least 32 characters")
+    return secret
 
 
 def _integer(raw: Mapping[str, Any], key: str, low: int, high: int) -> int:
@@ -250,10 +269,13 @@ def _base_url(value: Any) -> str:
 
 def _redis_url(raw: Mapping[str, Any]) -> str:
     url = _text(raw, "redis_url")
-    if url and urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+    if url and urlsplit(url).scheme not in REDIS_SCHEMES:
         raise SettingsError(
-            f"{variable('redis_url')}: must be a redis://, rediss:// or unix:// URL"
+            f"{variable('redis_url')}: must be a redis://, rediss://, unix:// or"
+            " redis+cluster:// URL"
         )
+    if _boolean(raw, "redis_cluster") and url.startswith("unix:"):
+        raise SettingsError(f"{variable('redis_cluster')}: needs a TCP redis_url")
     return url
 
 

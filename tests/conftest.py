@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -13,6 +14,7 @@ from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
 
 from service.app import create_app
+from service.keys import SESSIONS
 from service.settings import Settings, load_settings
 from service.store.embedded import MailCatcher, RedisServer
 
@@ -23,7 +25,7 @@ SettingsFactory = Callable[..., Settings]
 # Tests that are not about limits should not trip the per-address limits by accident.
 GENEROUS_LIMITS = {
     f"STUDIO_LIMITS_{name}_{field}": value
-    for name in ("CODE_IP", "VERIFY_IP", "GALLERY")
+    for name in ("CODE_IP", "CODE_NET", "CODE_NET_FREE", "VERIFY_IP", "GALLERY")
     for field, value in (("QUOTA", "100000"), ("BURST", "50000"))
 }
 Client = TestClient[web.Request, web.Application]
@@ -84,6 +86,15 @@ async def client(
 ) -> Client:
     """A test client on the real app from the factory, over an empty database."""
     return await aiohttp_client(create_app(settings))
+
+
+async def listening(client: Client) -> None:
+    """Wait until the app hears ended sessions (its listener subscribed)."""
+    for _ in range(500):
+        if client.app[SESSIONS].cache.listening:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the session-end listener never subscribed")
 
 
 @contextlib.contextmanager

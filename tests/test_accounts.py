@@ -8,12 +8,15 @@ import json
 from redis.asyncio import Redis
 
 from service.auth.accounts import AccountStore, address_index_key
+from service.auth.identity import Keyring, address_key, key_id
 from service.studio.ledger import Ledger, account_key
+
+from .conftest import TEST_SECRET
 
 
 def _store(redis: Redis, trial: int = 100) -> tuple[AccountStore, Ledger]:
     ledger = Ledger(redis, trial_credits=trial, expire_months=24)
-    return AccountStore(redis, ledger), ledger
+    return AccountStore(redis, ledger, Keyring(TEST_SECRET)), ledger
 
 
 async def test_ten_concurrent_first_opens_give_one_account_and_one_grant(
@@ -21,9 +24,7 @@ async def test_ten_concurrent_first_opens_give_one_account_and_one_grant(
 ) -> None:
     """Racing first verifies of a new address open a single account."""
     store, _ = _store(redis)
-    results = await asyncio.gather(
-        *(store.open("a" * 32, "race@example.com") for _ in range(10))
-    )
+    results = await asyncio.gather(*(store.open("race@example.com") for _ in range(10)))
     assert sum(opened for _, opened in results) == 1
     assert len({account.id for account, _ in results}) == 1
     assert all(account.credits == 100 for account, _ in results)
@@ -35,9 +36,9 @@ async def test_ten_concurrent_first_opens_give_one_account_and_one_grant(
 async def test_an_existing_account_keeps_its_credits(redis: Redis) -> None:
     """Opening again never grants again, even after the balance moved."""
     store, ledger = _store(redis)
-    account, _ = await store.open("b" * 32, "spent@example.com")
+    account, _ = await store.open("spent@example.com")
     assert await ledger.adjust(account.id, -40, "test") == 60
-    again, opened = await store.open("b" * 32, "spent@example.com")
+    again, opened = await store.open("spent@example.com")
     assert not opened
     assert again.credits == 60
     assert again.id == account.id
@@ -48,8 +49,9 @@ async def test_a_crash_between_the_two_steps_is_completed_by_the_next_sign_in(
 ) -> None:
     """An address index without its account gets the account (and its grant) later."""
     store, _ = _store(redis)
-    await redis.set(address_index_key("c" * 32), "orphanid0000")
-    account, opened = await store.open("c" * 32, "late@example.com")
+    hmac = address_key("late@example.com", TEST_SECRET)
+    await redis.set(address_index_key(hmac, key_id(TEST_SECRET)), "orphanid0000")
+    account, opened = await store.open("late@example.com")
     assert opened
     assert account.id == "orphanid0000"
     assert account.credits == 100
@@ -58,4 +60,5 @@ async def test_a_crash_between_the_two_steps_is_completed_by_the_next_sign_in(
 async def test_account_keys_carry_one_hash_tag() -> None:
     """Keys are ready for Redis Cluster: one {tag} per owner."""
     assert account_key("u1") == "studio:acct:{u1}"
-    assert address_index_key("c" * 32) == "studio:email:{" + "c" * 32 + "}"
+    kid = key_id(TEST_SECRET)
+    assert address_index_key("c" * 32, kid) == f"studio:email:{kid}:{{{'c' * 32}}}"

@@ -34,6 +34,7 @@ from playwright.async_api import (
 from redis.asyncio import Redis
 
 from service.app import create_app
+from service.keys import SETTINGS
 from service.settings import load_settings
 from service.store.embedded import MailCatcher, RedisServer, free_port
 
@@ -713,3 +714,39 @@ async def test_keyboard_focus_is_visible_and_motion_can_be_turned_down(
     )
     await page.context.close()
     seen.assert_clean()
+
+
+async def test_a_person_signs_in_through_a_proof_of_work_when_mail_runs_low(
+    live: Live, redis_server: RedisServer
+) -> None:
+    """The page meets 429 CHALLENGE_REQUIRED by solving it and sending again."""
+    app = live.client.app
+    assert app is not None
+    free = app[SETTINGS].limits["mail-free"]
+    key = "studio:rl:v1:{all}:mail-free"
+    redis = Redis.from_url(redis_server.url)
+    seconds, micros = await redis.time()
+    full = free.burst * free.interval_us  # the free part of the budget spent
+    await redis.set(key, seconds * 1_000_000 + micros + full, px=full // 1000)
+    try:
+        page, seen = await live.context_page()
+        seen.expect_status(429, "/api/auth/code")
+        answers: list[int] = []
+        sent: list[dict[str, Any]] = []
+
+        def on_response(response: Any) -> None:
+            if response.url.endswith("/api/auth/code"):
+                answers.append(response.status)
+                sent.append(response.request.post_data_json)
+
+        page.on("response", on_response)
+        await page.goto(f"{live.url}/studio")
+        await sign_in(page, live.mail, new_address())
+        assert answers == [429, 200]
+        assert "altcha" not in sent[0]
+        assert "altcha" in sent[1]
+        await page.context.close()
+        seen.assert_clean()
+    finally:
+        await redis.delete(key)
+        await redis.aclose()

@@ -165,7 +165,8 @@ def test_dockerfile_builds_a_wheel_and_runs_only_the_installed_package() -> None
     assert runtime[0] == "FROM python:3.11-slim"
     assert any(line.startswith(f"COPY --from={builder} /wheels") for line in runtime)
     assert any(
-        line.startswith("RUN pip install /wheels/") and line.endswith(".whl \\")
+        line.startswith("&& pip install --no-deps /wheels/")
+        and line.endswith(".whl \\")
         for line in runtime
     )
     # No source tree in the runtime image: every COPY there comes from the build.

@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 
 from service.app import create_app
 from service.auth.accounts import AccountStore
+from service.auth.identity import Keyring
 from service.auth.sessions import SessionStore
 from service.keys import SETTINGS
 from service.store.embedded import MailCatcher, RedisServer
@@ -227,10 +228,11 @@ async def test_a_thousand_concurrent_favorites_count_exactly_a_thousand(
     (work,) = await make_works(redis, tmp_path, me["id"], 1)
     await client.post(f"/api/works/{work['id']}/publish")
     ledger = Ledger(redis, trial_credits=0, expire_months=24)
-    accounts, sessions = AccountStore(redis, ledger), SessionStore(redis)
+    accounts = AccountStore(redis, ledger, Keyring(TEST_SECRET))
+    sessions = SessionStore(redis)
     tokens = []
     for index in range(1000):
-        account, _ = await accounts.open(f"{index:032x}", f"fan{index}@example.com")
+        account, _ = await accounts.open(f"fan{index}@example.com")
         token, _ = await sessions.create(account.id)
         tokens.append(token)
     url = str(client.make_url(f"/api/works/{work['id']}/favorite"))

@@ -12,7 +12,7 @@ from service.app import create_app
 from service.store.embedded import RedisServer
 from service.web.routes import PUBLIC_ROUTES
 
-from .conftest import Client, SettingsFactory
+from .conftest import Client, SettingsFactory, listening
 
 Snapshot = dict[tuple[str, str], tuple[int, str, str, bytes]]
 
@@ -51,6 +51,7 @@ async def test_every_public_endpoint_answers_unchanged_with_redis_stopped(
     client = await aiohttp_client(
         create_app(make_settings(STUDIO_REDIS_URL=own_redis.url))
     )
+    await listening(client)  # the session-end listener's own start-up is done
     with Redis.from_url(own_redis.url) as probe:
         idle = -_commands(probe) + _commands(probe)
         start = _commands(probe)

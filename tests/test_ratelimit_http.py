@@ -253,14 +253,15 @@ async def test_an_invalid_address_charges_no_address_bucket(
 
 
 async def test_sign_in_reports_every_policy_it_evaluated(client: Client) -> None:
-    """code-ip, the three address buckets and the mail budget all show up."""
+    """code-ip, the address's, the network's and the mail budget's buckets show up."""
     response = await client.post(
         "/api/auth/code", json={"email": "headers@example.com"}
     )
     assert response.status == 200
     policies, states = _parsed(response)
     assert list(policies) == [
-        "code-ip", "code-cooldown", "code-email-hour", "code-email-day", "mail-global",
+        "code-ip", "code-cooldown", "code-email-hour", "code-email-day",
+        "code-net-free", "code-net", "mail-free", "mail-global",
     ]  # fmt: skip
     assert states["code-cooldown"]["r"] == 0
     assert response.headers["Cache-Control"] == "no-store"

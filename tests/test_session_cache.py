@@ -14,7 +14,7 @@ from service.auth.sessions import COOKIE
 from service.keys import SESSIONS
 from service.store.embedded import MailCatcher, RedisServer
 
-from .conftest import Client, SettingsFactory
+from .conftest import Client, SettingsFactory, listening
 from .workbench import sign_in, studio_command
 
 
@@ -32,14 +32,6 @@ async def _session_reads_during(
         while "ECHO" not in (command := (await monitor.next_command())["command"]):
             seen += "studio:session:" in command
     return seen
-
-
-async def _listening(client: Client) -> None:
-    for _ in range(200):
-        if client.app[SESSIONS].cache.listening:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the session cache never subscribed")
 
 
 def _cookie(client: Client) -> dict[str, str]:
@@ -62,7 +54,7 @@ async def test_a_session_read_again_within_seconds_costs_no_redis_round_trip(
     client: Client, mail_server: MailCatcher, redis: Redis
 ) -> None:
     """Ten requests of one person read the session from Redis once."""
-    await _listening(client)
+    await listening(client)
     await sign_in(client, mail_server)
 
     async def ten() -> None:
@@ -80,8 +72,8 @@ async def test_a_logout_on_one_process_ends_the_session_on_every_other_at_once(
     """The other process had the session in memory; the published end drops it."""
     first = await aiohttp_client(create_app(make_settings()))
     second = await aiohttp_client(create_app(make_settings()))
-    await _listening(first)
-    await _listening(second)
+    await listening(first)
+    await listening(second)
     await sign_in(first, mail_server)
     cookie = _cookie(first)
     assert (await second.get("/api/me", headers=cookie)).status == 200
@@ -96,7 +88,7 @@ async def test_a_shell_revoke_ends_sessions_cached_by_a_running_app(
     make_settings: SettingsFactory,
 ) -> None:
     """`studio sessions revoke` runs in another process and still reaches the cache."""
-    await _listening(client)
+    await listening(client)
     email = "revoked-cache@example.com"
     await sign_in(client, mail_server, email)
     assert (await client.get("/api/me")).status == 200
@@ -127,7 +119,7 @@ async def test_a_lost_subscription_empties_the_cache_and_stops_using_it(
         create_app(make_settings(STUDIO_REDIS_URL=own_redis.url))
     )
     cache = client.app[SESSIONS].cache
-    await _listening(client)
+    await listening(client)
     await sign_in(client, mail_server)
     assert (await client.get("/api/me")).status == 200
     own_redis.stop()

@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from ..web.headers import SecurityHeaders
 from ..web.representation import Representation
@@ -98,8 +98,9 @@ def setup_errors(api: ApiBoundary) -> None:
                     if name in exc.headers
                 }
                 return json_error(exc.status, error_code(exc.status), kept)
-            except (RedisError, OSError, TimeoutError) as err:
-                # The store is down or slow: fail closed, say so, say when to retry.
+            except (RedisError, RedisClusterException, OSError, TimeoutError) as err:
+                # The store is down or slow (or a cluster slot has no master
+                # yet): fail closed, say so, say when to retry.
                 _LOGGER.warning(
                     "store unavailable on %s %s: %s",
                     request.method,

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from redis.asyncio import Redis
 
 from ..studio.ledger import Ledger, account_key, text
+from ..studio.queue import new_account_id
+from .identity import Keyring
+
+# How long an address's entry under a retired name outlives its new filing.
+INDEX_GRACE_SECONDS: Final = 30 * 86400
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,8 +35,17 @@ class Account:
         }
 
 
-def address_index_key(address_key: str) -> str:
-    """Name the key that maps an address HMAC to its account id (its own slot)."""
+def address_index_key(address_key: str, key_id: str) -> str:
+    """Name the key that maps an address HMAC to its account id (its own slot).
+
+    The key id names the secret the HMAC was made with, so the entries of a
+    retired key can be told apart (and counted) after a rotation.
+    """
+    return f"studio:email:{key_id}:{{{address_key}}}"
+
+
+def legacy_index_key(address_key: str) -> str:
+    """Name an address's index entry as it was filed before keys had ids."""
     return f"studio:email:{{{address_key}}}"
 
 
@@ -46,26 +59,39 @@ def _account(fields: Mapping[str, str]) -> Account:
 
 
 class AccountStore:
-    """Open and read accounts.
+    """Open and read accounts, found by their address under the current or previous key.
 
     The address index and the account live in different slots, so opening is
     two idempotent steps: claim an id for the address (SET NX), then create the
     account under that id with its trial grant (a script that does nothing if
     the account exists). A crash between them leaves an id that the next
     sign-in completes; concurrent first sign-ins agree on one id and one grant.
+
+    An address found only under the previous key (or under a name from before
+    key ids) is filed again under the current key with the same SET NX; the
+    old entry is left to expire after INDEX_GRACE_SECONDS, so processes still
+    running with the old key find the account meanwhile.
     """
 
-    def __init__(self, redis: Redis, ledger: Ledger) -> None:
+    def __init__(self, redis: Redis, ledger: Ledger, keyring: Keyring) -> None:
         self._redis = redis
         self._ledger = ledger
+        self._keyring = keyring
 
-    async def open(self, address_key: str, email: str) -> tuple[Account, bool]:
+    def _names(self, email: str) -> list[tuple[str, str]]:
+        """Return (index key, address HMAC) to look under, the current name first."""
+        names = []
+        for kid, key in self._keyring.filings(email):
+            names += [(address_index_key(key, kid), key), (legacy_index_key(key), key)]
+        return names
+
+    async def open(self, email: str) -> tuple[Account, bool]:
         """Find the account of an address or open it; only the opener grants credits."""
-        index = address_index_key(address_key)
-        claimed = secrets.token_hex(12)
-        await self._redis.set(index, claimed, nx=True)
-        found = await self._redis.get(index)
-        account_id = found.decode() if isinstance(found, bytes) else str(found)
+        (current, address_key), *_ = self._names(email)
+        account_id = await self.find(email)
+        if account_id is None:
+            await self._redis.set(current, new_account_id(), nx=True)
+            account_id = text(await self._redis.get(current) or b"")
         fields, created = await self._ledger.open(account_id, email, address_key)
         return _account(fields), created
 
@@ -76,7 +102,43 @@ class AccountStore:
             _account({text(k): text(v) for k, v in fields.items()}) if fields else None
         )
 
-    async def find(self, address_key: str) -> str | None:
-        """Return the id of the account of an address, if it has one."""
-        found = await self._redis.get(address_index_key(address_key))
-        return found.decode() if isinstance(found, bytes) else found
+    async def find(self, email: str) -> str | None:
+        """Return the id of the account of an address, filing it anew if need be."""
+        (current, _), *older = self._names(email)
+        if (found := await self._redis.get(current)) is not None:
+            return text(found)
+        for name, _ in older:
+            if (found := await self._redis.get(name)) is not None:
+                return await self._refile(current, name, text(found))
+        return None
+
+    async def refile_all(self) -> tuple[int, int, int]:
+        """File every account's address under the current key: filed, kept, clashes.
+
+        Run after a rotation, so that STUDIO_SECRET_KEY_PREVIOUS can go without
+        orphaning accounts whose owners have not signed in since. An address
+        already filed under another account (opened while neither key matched)
+        is left as it is and counted as a clash.
+        """
+        filed = kept = clashes = 0
+        async for name in self._redis.scan_iter(match="studio:acct:{*}", count=500):
+            account_id = text(name).removeprefix("studio:acct:{").removesuffix("}")
+            email = await self._redis.hget(name, "email")
+            if not email:
+                continue  # not an account hash, or its address was erased
+            (current, _), *_ = self._names(text(email))
+            if await self._redis.set(current, account_id, nx=True):
+                filed += 1
+            elif text(await self._redis.get(current) or b"") == account_id:
+                kept += 1
+            else:
+                clashes += 1
+        return filed, kept, clashes
+
+    async def _refile(self, current: str, old: str, account_id: str) -> str:
+        """File an account found under an old name under the current one."""
+        await self._redis.set(current, account_id, nx=True)
+        winner = text(await self._redis.get(current) or b"")
+        if winner == account_id:
+            await self._redis.expire(old, INDEX_GRACE_SECONDS)
+        return winner

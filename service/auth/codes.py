@@ -1,4 +1,4 @@
-"""One-time e-mail codes: one live per address, HMAC at rest, attempts counted first."""
+"""One-time e-mail codes: one live per address and binding, HMAC at rest."""
 
 from __future__ import annotations
 
@@ -50,9 +50,14 @@ class Verdict(StrEnum):
     NO_CODE = "NO_CODE"
 
 
-def code_key(address_key: str) -> str:
-    """Name the code's hash; the address HMAC is its Cluster hash tag."""
-    return f"studio:code:{{{address_key}}}"
+def code_key(address_key: str, binding: str) -> str:
+    """Name one binding's code; the address HMAC is the Cluster hash tag.
+
+    The binding (the `studio_signin` cookie) appears only as its SHA-256, so
+    the key names no cookie a reader of Redis could replay.
+    """
+    digest = hashlib.sha256(binding.encode()).hexdigest()[:32]
+    return f"studio:code:{{{address_key}}}:{digest}"
 
 
 def new_code() -> str:
@@ -79,11 +84,11 @@ class CodeStore:
         self._verify = redis.register_script(_VERIFY)
         self._withdraw = redis.register_script(_WITHDRAW)
 
-    async def issue(self, address_key: str) -> tuple[str, str]:
-        """Store a fresh code's HMAC, replacing any live one; return code and digest."""
+    async def issue(self, address_key: str, binding: str) -> tuple[str, str]:
+        """Store a fresh code's HMAC, replacing this binding's live one only."""
         code = new_code()
         digest = _digest(self._secret_key, address_key, code)
-        key = code_key(address_key)
+        key = code_key(address_key, binding)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.delete(key)
             pipe.hset(key, mapping={"h": digest, "a": 0, "t": int(time.time())})
@@ -91,15 +96,15 @@ class CodeStore:
             await pipe.execute()
         return code, digest
 
-    async def withdraw(self, address_key: str, digest: str) -> None:
+    async def withdraw(self, address_key: str, binding: str, digest: str) -> None:
         """Remove a code that could not be delivered, unless a newer one replaced it."""
-        await self._withdraw(keys=[code_key(address_key)], args=[digest])
+        await self._withdraw(keys=[code_key(address_key, binding)], args=[digest])
 
-    async def verify(self, address_key: str, submitted: str) -> Verdict:
-        """Spend one attempt on the address's code and say how it went."""
+    async def verify(self, address_key: str, binding: str, submitted: str) -> Verdict:
+        """Spend one attempt on this binding's code for the address; say how it went."""
         normalised = _SEPARATORS.sub("", submitted)
         digest = _digest(self._secret_key, address_key, normalised)
         reply = await self._verify(
-            keys=[code_key(address_key)], args=[digest, MAX_ATTEMPTS]
+            keys=[code_key(address_key, binding)], args=[digest, MAX_ATTEMPTS]
         )
         return Verdict(reply.decode() if isinstance(reply, bytes) else reply)

@@ -12,11 +12,23 @@ from redis.exceptions import RedisError
 from ..api.boundary import ApiBoundary
 from ..api.errors import ApiError
 from ..api.payloads import json_response, read_json
-from ..keys import ACCOUNTS, CODES, CONTENT, MAILER, SESSION, SESSIONS, SETTINGS
+from ..keys import (
+    ACCOUNTS,
+    CODES,
+    CONTENT,
+    DEVICES,
+    MAILER,
+    SESSION,
+    SESSIONS,
+    SETTINGS,
+)
 from ..limits.http import enforce, refund
 from ..store.deadline import within
+from .binding import binding_of, clear_signin_cookie, new_binding, set_signin_cookie
+from .challenge import charge, give_back, screen
 from .codes import CODE_TTL_SECONDS, Verdict
 from .cookies import read_cookie
+from .devices import set_device_cookie
 from .identity import parse_address
 from .mailer import Lang, MailUnavailable, code_message, site_name
 from .sessions import COOKIE, anonymous, clear_session_cookie, set_session_cookie
@@ -27,6 +39,14 @@ MAIL_RETRY_AFTER: Final = "30"
 _MAX_CODE_INPUT: Final = 64
 # Signing out waits this long for Redis, then clears the cookie regardless.
 LOGOUT_BUDGET_SECONDS: Final = 1.0
+# A code request's buckets: the address's, for anyone (anonymous); the device's,
+# for a browser that signed in with this address before.
+ANONYMOUS_POLICIES: Final = ("code-cooldown", "code-email-hour", "code-email-day")
+DEVICE_POLICIES: Final = (
+    "code-device-cooldown",
+    "code-device-hour",
+    "code-device-day",
+)
 
 
 @anonymous
@@ -34,23 +54,30 @@ async def request_code(request: web.Request) -> web.StreamResponse:
     """Mail a code; the answer is the same for new and known addresses."""
     app = request.config_dict
     settings = app[SETTINGS]
-    body = await read_json(request, required={"email"}, optional={"lang"})
+    body = await read_json(request, required={"email"}, optional={"lang", "altcha"})
     lang = body.get("lang", "zh")
     if lang not in ("zh", "en"):
         raise ApiError(400, "BAD_REQUEST")
     address = parse_address(body["email"], settings.secret_key)
-    # Per address (cooldown, hour, day) only once it is valid, then the global budget.
+    # Proof of work first, when the mail budget or the network asks for it: a
+    # request without it touches nothing of the address (service/auth/challenge).
+    admission = await screen(request, body.get("altcha"))
+    # Per address (cooldown, hour, day) only once it is valid, then the global
+    # budget. A browser that signed in with this address before (studio_device)
+    # is charged its own buckets instead of the address's anonymous ones.
     limits = settings.limits
-    per_address = [
-        limits[n] for n in ("code-cooldown", "code-email-hour", "code-email-day")
-    ]
-    address_subject = f"em:{address.key}"
-    mail_budget = [limits["mail-global"]]
+    if device := await app[DEVICES].recognise(request, address.key):
+        address_subject, names = device, DEVICE_POLICIES
+    else:
+        address_subject, names = f"em:{address.key}", ANONYMOUS_POLICIES
+    per_address = [limits[n] for n in names]
+    # The code belongs to the requester's binding; a resend replaces only its own.
+    binding = binding_of(request) or new_binding()
     await enforce(request, address_subject, per_address, fail_open=False)
     codes = app[CODES]
     try:
-        await enforce(request, "all", mail_budget, fail_open=False)
-        code, digest = await codes.issue(address.key)
+        await charge(request, admission)  # the network's and the mail budget's
+        code, digest = await codes.issue(address.key, binding)
     except (ApiError, RedisError, OSError, TimeoutError):
         # No mail will go out: the address's tokens go back before the error does.
         await refund(request, address_subject, per_address)
@@ -68,21 +95,23 @@ async def request_code(request: web.Request) -> web.StreamResponse:
         # Nothing was sent: the code must not stay valid, and the address (and the
         # mail budget) may try again at once.
         with suppress(RedisError, OSError, TimeoutError):
-            await codes.withdraw(address.key, digest)
+            await codes.withdraw(address.key, binding, digest)
         await refund(request, address_subject, per_address)
-        await refund(request, "all", mail_budget)
+        await give_back(request, admission)
         _LOGGER.error("code not delivered (address %s), withdrawn", address.key[:12])
         raise ApiError(
             503, "MAIL_UNAVAILABLE", headers={"Retry-After": MAIL_RETRY_AFTER}
         ) from err
     _LOGGER.info("code sent (address %s)", address.key[:12])
-    return json_response(
+    response = json_response(
         {
             "ok": True,
             "expires_in": CODE_TTL_SECONDS,
             "resend_after": RESEND_AFTER_SECONDS,
         }
     )
+    set_signin_cookie(response, binding, secure=settings.https)
+    return response
 
 
 @anonymous
@@ -95,13 +124,20 @@ async def verify(request: web.Request) -> web.StreamResponse:
     if not isinstance(submitted, str) or len(submitted) > _MAX_CODE_INPUT:
         raise ApiError(400, "BAD_REQUEST")
     address = parse_address(body["email"], settings.secret_key)
-    verdict = await app[CODES].verify(address.key, submitted)
+    # Only the binding that asked for the code may spend its attempts; without
+    # one there is nothing to spend (and no one else's attempts are touched).
+    binding = binding_of(request)
+    verdict = (
+        await app[CODES].verify(address.key, binding, submitted)
+        if binding
+        else Verdict.NO_CODE
+    )
     _LOGGER.info("verify %s (address %s)", verdict.value, address.key[:12])
     if verdict is Verdict.BURNED:
         raise ApiError(400, "CODE_EXPIRED_REQUEST_NEW")
     if verdict is not Verdict.OK:
         raise ApiError(400, "INVALID_CODE")
-    account, opened = await app[ACCOUNTS].open(address.key, address.email)
+    account, opened = await app[ACCOUNTS].open(address.email)
     sessions = app[SESSIONS]
     if previous := read_cookie(request.headers, COOKIE):
         await sessions.delete(previous)
@@ -114,6 +150,14 @@ async def verify(request: web.Request) -> web.StreamResponse:
     )
     response = json_response({"user": account.public(), "new_account": opened})
     set_session_cookie(response, token, secure=settings.https)
+    clear_signin_cookie(response, secure=settings.https)
+    # The device cookie only spares a quota: signing in does not wait on it failing.
+    try:
+        device = await app[DEVICES].remember(request, account.id, address.key)
+    except (RedisError, OSError, TimeoutError) as err:
+        _LOGGER.warning("device not remembered: %s", type(err).__name__)
+    else:
+        set_device_cookie(response, device, secure=settings.https)
     return response
 
 

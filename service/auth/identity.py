@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 from email_validator import EmailNotValidError, validate_email
 
@@ -48,3 +49,25 @@ def address_key(email: str, secret_key: str) -> str:
     """Return the HMAC of a normalised address: 32 hex characters, brace-free."""
     digest = hmac.new(secret_key.encode(), b"email:" + email.encode(), hashlib.sha256)
     return digest.hexdigest()[:32]
+
+
+def key_id(secret_key: str) -> str:
+    """Name a secret key without revealing it: 8 hex digits of a MAC of a constant."""
+    return hmac.new(secret_key.encode(), b"key-id", hashlib.sha256).hexdigest()[:8]
+
+
+@dataclass(frozen=True, slots=True)
+class Keyring:
+    """The secret key addresses are filed under now, and the one it replaced.
+
+    STUDIO_SECRET_KEY_PREVIOUS keeps finding what was filed under the old key
+    while STUDIO_SECRET_KEY files everything anew.
+    """
+
+    current: str = field(repr=False)
+    previous: str = field(default="", repr=False)
+
+    def filings(self, email: str) -> Iterator[tuple[str, str]]:
+        """Yield (key id, address HMAC) of an address, the current key first."""
+        for secret in dict.fromkeys(s for s in (self.current, self.previous) if s):
+            yield key_id(secret), address_key(email, secret)

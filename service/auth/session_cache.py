@@ -24,6 +24,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from ..keys import REDIS, SESSIONS
+from ..store.pubsub import Subscriber
 
 if TYPE_CHECKING:
     from .sessions import Session
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 ENDED_CHANNEL: Final = "studio:sessions:ended"
 FRESH_SECONDS: Final = 5.0
 MAX_ENTRIES: Final = 10_000
+SHUTDOWN_SECONDS: Final = 2.0
 _LOGGER: Final = logging.getLogger(__name__)
 
 
@@ -72,15 +74,15 @@ class SessionCache:
         self.epoch += 1
         self._entries.clear()
 
-    async def listen(self, redis: Redis) -> None:
-        """Drop every session any process ends; run until cancelled."""
-        pubsub = redis.pubsub(ignore_subscribe_messages=True)
+    async def listen(self, redis: Redis, stop: asyncio.Event) -> None:
+        """Drop every session any process ends, until `stop` is set."""
+        pubsub = Subscriber(redis)  # survives a lost node on Redis Cluster
         try:
-            while True:
+            while not stop.is_set():
                 try:
                     await pubsub.subscribe(ENDED_CHANNEL)
                     self.listening = True
-                    while True:
+                    while not stop.is_set():
                         message = await pubsub.get_message(timeout=1.0)
                         if message and message["type"] == "message":
                             self.drop(_text(message["data"]))
@@ -88,12 +90,13 @@ class SessionCache:
                     self.listening = False
                     self.clear()
                     _LOGGER.warning("session ends channel: %s", type(err).__name__)
-                    await asyncio.sleep(1.0)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), 1.0)
         finally:
             self.listening = False
             self.clear()
             with contextlib.suppress(RedisError, OSError):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await pubsub.aclose()
 
 
 def _text(data: bytes | str) -> str:
@@ -102,8 +105,13 @@ def _text(data: bytes | str) -> str:
 
 async def session_cache_ctx(app: web.Application) -> AsyncIterator[None]:
     """Listen for ended sessions for the life of the app."""
-    listener = asyncio.ensure_future(app[SESSIONS].cache.listen(app[REDIS]))
+    stop = asyncio.Event()
+    listener = asyncio.ensure_future(app[SESSIONS].cache.listen(app[REDIS], stop))
     yield
+    # A cancellation that lands inside a Redis read can be swallowed there; the
+    # stop flag ends the loop within a second regardless.
+    stop.set()
     listener.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await listener
+    await asyncio.wait([listener], timeout=SHUTDOWN_SECONDS)
+    if listener.done() and not listener.cancelled():
+        listener.exception()  # retrieved: a failure at exit is not news

@@ -13,6 +13,9 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 # One household or small provider customer usually owns a whole IPv6 /64.
 IPV6_PREFIX: Final = 64
+# The networks whose noise /api/auth/code also counts (see network_of).
+IPV4_NETWORK_PREFIX: Final = 24
+IPV6_NETWORK_PREFIX: Final = 48
 
 
 @lru_cache(maxsize=4096)
@@ -66,6 +69,23 @@ def subject_of(address: IPAddress | None) -> str:
         return f"ip4:{address}"
     network = ipaddress.IPv6Network(f"{address}/{IPV6_PREFIX}", strict=False)
     return f"ip6:{network.compressed}"
+
+
+@lru_cache(maxsize=4096)
+def network_of(subject: str) -> str:
+    """Name the network of a client subject: its IPv4 /24 or IPv6 /48.
+
+    One operator usually holds a whole such network, so a flood from many of
+    its addresses shows up as one noisy network.
+    """
+    kind, _, rest = subject.partition(":")
+    if kind == "ip4":
+        v4 = ipaddress.IPv4Network(f"{rest}/{IPV4_NETWORK_PREFIX}", strict=False)
+        return f"net4:{v4.compressed}"
+    if kind == "ip6":
+        v6 = ipaddress.IPv6Network(rest).supernet(new_prefix=IPV6_NETWORK_PREFIX)
+        return f"net6:{v6.compressed}"
+    return "net:unknown"
 
 
 class ClientNamer:

@@ -167,8 +167,9 @@ def setup_remembered_denials(
     def layer(route: web.RouteDef, handler: Handler) -> Handler:
         if (limit := routes.get(route_name(route))) is None:
             return handler
-        # Only a single-policy denial reads the same for a whole second; other
-        # remembered denials are still answered by the limiter without Redis.
+        # Only a single-policy denial is remembered (the limiter asks Redis
+        # again for the others, whose buckets move), and it reads the same for
+        # a whole second.
         names = tuple(p.name for p in limit.policies)
         single = len(names) == 1
         limiter: Limiter | None = None  # the app's, looked up once it exists

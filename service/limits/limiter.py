@@ -14,11 +14,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import NoScriptError, RedisError
+from redis.asyncio import Redis
+from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
+from ..store.connect import connect, is_cluster
 from ..store.deadline import PATIENCE, Deadline, within
 
 _LUA: Final = Path(__file__).parent / "lua"
@@ -288,7 +287,9 @@ class _Batcher:
     async def _send(self, batch: list[_Call], reads: list[str]) -> list[Any]:
         async with self._redis.pipeline(transaction=False) as pipe:
             for keys, args, _, _ in batch:
-                pipe.evalsha(self._sha, len(keys), *keys, *args)
+                # execute_command: ClusterPipeline blocks its evalsha method
+                # but routes a raw EVALSHA by its keys' slot.
+                pipe.execute_command("EVALSHA", self._sha, len(keys), *keys, *args)
             for key in reads:
                 pipe.get(key)
             return list(await pipe.execute(raise_on_error=False))
@@ -332,20 +333,23 @@ class Limiter:
         return None
 
     @classmethod
-    def from_url(cls, url: str) -> Limiter:
+    def from_url(cls, url: str, *, cluster: bool = False) -> Limiter:
         """Build a limiter with its own pool: no retries, a 100 ms budget per call.
 
         The budget is kept by the limiter's own deadlines; the pool's timeouts
         are only a backstop (CLIENT_BACKSTOP_SECONDS).
         """
-        pool = BlockingConnectionPool.from_url(
-            url,
-            max_connections=POOL_SIZE,
-            timeout=CLIENT_BACKSTOP_SECONDS,
-            socket_timeout=CLIENT_BACKSTOP_SECONDS,
-            socket_connect_timeout=CLIENT_BACKSTOP_SECONDS,
+        return cls(
+            connect(
+                url,
+                cluster=cluster,
+                socket_timeout=CLIENT_BACKSTOP_SECONDS,
+                connect_timeout=CLIENT_BACKSTOP_SECONDS,
+                retries=0,
+                pool_size=POOL_SIZE,
+                pool_wait=CLIENT_BACKSTOP_SECONDS,
+            )
         )
-        return cls(Redis(connection_pool=pool, retry=Retry(NoBackoff(), 0)))
 
     async def check(
         self,
@@ -384,16 +388,18 @@ class Limiter:
             raise LimiterUnavailable
         try:
             reply, value = await self._batcher.submit(keys, args, read_along)
-        except (RedisError, OSError, TimeoutError) as err:
+        except (RedisError, RedisClusterException, OSError, TimeoutError) as err:
             self.breaker.record(False)
             raise LimiterUnavailable from err
         self.breaker.record(True)
         decision = _decision(policies, reply)
         if now_us is None:
             self.local.observe(subject, decision)
-        if not decision.allowed and now_us is None:
+        if not decision.allowed and now_us is None and len(policies) == 1:
             # A denied GCRA bucket cannot refill before its retry time, and a
             # denial writes nothing, so repeating it locally until then is exact.
+            # Not so for the buckets beside it in a multi-policy denial: they
+            # refill, and other processes spend them, so Redis is asked again.
             self._denials[memo_key] = (time.monotonic(), decision)
             if len(self._denials) > 10_000:
                 self._denials.pop(next(iter(self._denials)))
@@ -409,12 +415,15 @@ class Limiter:
         args: list[int] = [p.interval_us for p in policies] + [cost]
         try:
             await within(DECISION_BUDGET_SECONDS, self._refund(keys=keys, args=args))
-        except (RedisError, OSError, TimeoutError) as err:
+        except (RedisError, RedisClusterException, OSError, TimeoutError) as err:
             raise LimiterUnavailable from err
 
     async def aclose(self) -> None:
         """Close the limiter's connections."""
-        await self.redis.aclose(close_connection_pool=True)
+        if is_cluster(self.redis):
+            await self.redis.aclose()  # the cluster client owns its pools
+        else:
+            await self.redis.aclose(close_connection_pool=True)
 
 
 def _decision(policies: Sequence[Policy], reply: Sequence[int]) -> Decision:
@@ -428,14 +437,15 @@ def _decision(policies: Sequence[Policy], reply: Sequence[int]) -> Decision:
 
 
 def shifted(decision: Decision, elapsed: int) -> Decision:
-    """Replay a remembered denial with its clocks moved on by `elapsed` µs."""
-    states = tuple(
-        BucketState(
-            s.policy,
-            s.remaining,
-            max(1, s.retry_us - elapsed) if s.denied else s.retry_us,
-            max(0, s.reset_us - elapsed),
-        )
-        for s in decision.states
-    )
-    return Decision(False, states)
+    """Replay a remembered denial with its clocks moved on by `elapsed` µs.
+
+    Tokens left follow from the time until full, as in the script, so a bucket
+    that refilled meanwhile is not shown with its old count.
+    """
+    states = []
+    for s in decision.states:
+        policy, reset = s.policy, max(0, s.reset_us - elapsed)
+        remaining = (policy.burst * policy.interval_us - reset) // policy.interval_us
+        retry = max(1, s.retry_us - elapsed) if s.denied else s.retry_us
+        states.append(BucketState(policy, remaining, retry, reset))
+    return Decision(False, tuple(states))

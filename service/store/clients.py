@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from aiohttp import web
-from redis.asyncio import Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
 from ..auth.accounts import AccountStore
 from ..auth.codes import CodeStore
+from ..auth.devices import DeviceStore
+from ..auth.identity import Keyring
 from ..auth.sessions import SessionStore
 from ..keys import (
     ACCOUNTS,
     CODES,
+    DEVICES,
     GENERATIONS,
     JOBS,
     LEDGER,
@@ -31,6 +31,7 @@ from ..studio.generations import GenerationStore
 from ..studio.ledger import Ledger
 from ..studio.queue import JobQueue
 from ..studio.works import WorkStore
+from .connect import connect
 
 
 async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -40,23 +41,26 @@ async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
     dead Redis fails in about a second at worst, as 503 UNAVAILABLE.
     """
     settings = app[SETTINGS]
-    client = Redis.from_url(
+    client = connect(
         settings.redis_url,
-        socket_connect_timeout=0.5,
+        cluster=settings.redis_cluster,
+        connect_timeout=0.5,
         socket_timeout=1.0,
-        retry=Retry(NoBackoff(), 1),
         health_check_interval=30,
     )
     app[REDIS] = client
     app[CODES] = CodeStore(client, settings.secret_key)
+    app[DEVICES] = DeviceStore(client)
     ledger = Ledger(
         client,
         trial_credits=settings.trial_credits,
         expire_months=settings.workbench.expire_months,
+        wait_replicas=settings.redis_wait_replicas,
     )
     app[LEDGER] = ledger
-    app[ACCOUNTS] = AccountStore(client, ledger)
-    app[GENERATIONS] = GenerationStore(client)
+    keyring = Keyring(settings.secret_key, settings.secret_key_previous)
+    app[ACCOUNTS] = AccountStore(client, ledger, keyring)
+    app[GENERATIONS] = GenerationStore(client, settings.redis_wait_replicas)
     app[JOBS] = JobQueue(client)
     app[SESSIONS] = SessionStore(client)
     square = app[SQUARE] = SquareStore(client)
@@ -67,7 +71,8 @@ async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
 
 async def limiter_ctx(app: web.Application) -> AsyncIterator[None]:
     """Give the limiter its own pool: no retries, its own deadlines per decision."""
-    limiter = Limiter.from_url(app[SETTINGS].redis_url)
+    settings = app[SETTINGS]
+    limiter = Limiter.from_url(settings.redis_url, cluster=settings.redis_cluster)
     app[LIMITER] = limiter
     yield
     await limiter.aclose()

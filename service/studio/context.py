@@ -47,6 +47,7 @@ async def embedded_worker_ctx(app: web.Application) -> AsyncIterator[None]:
         media=app[MEDIA],
         upstream_for=app[UPSTREAMS],
         metrics=app[METRICS],
+        wait_replicas=app[SETTINGS].redis_wait_replicas,
     )
     stop = asyncio.Event()
     task = asyncio.create_task(worker.run(stop), name="embedded-worker")

@@ -11,6 +11,7 @@ from typing import Any, Final
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from ..store.pubsub import Subscriber
 from .ledger import events_channel, text
 
 _LOGGER: Final = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ class EventHub:
     """
 
     def __init__(self, redis: Redis) -> None:
-        self._pubsub = redis.pubsub(ignore_subscribe_messages=True)
+        self._pubsub = Subscriber(redis)
         self._streams: dict[str, set[asyncio.Queue[dict[str, Any]]]] = {}
         self._reader: asyncio.Task[None] | None = None
         self._closed = False
@@ -119,7 +120,7 @@ class EventHub:
             with contextlib.suppress(asyncio.CancelledError, RedisError, OSError):
                 await self._reader
         with contextlib.suppress(RedisError, OSError):
-            await self._pubsub.aclose()  # type: ignore[no-untyped-call]
+            await self._pubsub.aclose()
 
 
 def _ignore(task: asyncio.Future[None]) -> None:

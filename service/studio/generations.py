@@ -9,8 +9,9 @@ from typing import Any, Final
 
 from redis.asyncio import Redis
 
+from ..store.durable import DurableScripts
 from .ledger import account_key, iso, now, pairs, script, text
-from .queue import PREFIX as QUEUE_PREFIX
+from .queue import prefix, shard_of
 
 MAX_PROMPT: Final = 2000
 MAX_NEGATIVE_PROMPT: Final = 1000
@@ -77,8 +78,9 @@ def view(fields: Mapping[str, str]) -> dict[str, Any]:
 class GenerationStore:
     """Submit, settle, read and list one account's generations."""
 
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, wait_replicas: int = 0) -> None:
         self._redis = redis
+        self._durable = DurableScripts(redis, wait_replicas)
         self._submit = script(redis, "submit")
         self._settle = script(redis, "settle")
 
@@ -110,8 +112,8 @@ class GenerationStore:
         ]  # fmt: skip
         for name, value in fields.items():
             args += [name, value]
-        keys = [account_key(account_id), QUEUE_PREFIX]
-        reply = await self._submit(keys=keys, args=args)
+        keys = [account_key(account_id), prefix(shard_of(account_id))]
+        reply = await self._durable.run(self._submit, keys, args)
         outcome = text(reply[0])
         if outcome == "OK":
             return Submitted(pairs(reply[1]), replayed=False)
@@ -124,9 +126,11 @@ class GenerationStore:
         self, account_id: str, gid: str, action: str, *extra: str
     ) -> tuple[str, dict[str, str]]:
         """Apply one transition; return its outcome and the generation after it."""
-        reply = await self._settle(
-            keys=[account_key(account_id)], args=[gid, action, iso(now()), *extra]
-        )
+        keys, args = [account_key(account_id)], [gid, action, iso(now()), *extra]
+        if action == "progress":  # moves no money: no wait for replicas
+            reply = await self._settle(keys=keys, args=args)
+        else:
+            reply = await self._durable.run(self._settle, keys, args)
         outcome = text(reply[0])
         return outcome, pairs(reply[1]) if len(reply) > 1 else {}
 

@@ -13,6 +13,8 @@ from typing import Any, Final
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
+from ..store.durable import DurableScripts
+
 _LUA: Final = Path(__file__).parent / "lua"
 _PRELUDE: Final = (_LUA / "ledger.lua").read_text()
 
@@ -99,8 +101,16 @@ def _lot_view(lot_id: str, lot: Mapping[str, Any]) -> dict[str, Any]:
 class Ledger:
     """Open accounts with their trial lot, grant and take credits, read the ledger."""
 
-    def __init__(self, redis: Redis, *, trial_credits: int, expire_months: int) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        trial_credits: int,
+        expire_months: int,
+        wait_replicas: int = 0,
+    ) -> None:
         self._redis = redis
+        self._durable = DurableScripts(redis, wait_replicas)
         self._trial = trial_credits
         self._months = expire_months
         self._open = script(redis, "open")
@@ -117,8 +127,8 @@ class Ledger:
         moment = now()
         args: list[str | int] = [account_id, email, address, iso(moment)]
         args.append(self._trial)
-        created, flat = await self._open(
-            keys=[account_key(account_id)], args=args + self._expiry(moment)
+        created, flat = await self._durable.run(
+            self._open, [account_key(account_id)], args + self._expiry(moment)
         )
         return pairs(flat), bool(created)
 
@@ -126,8 +136,8 @@ class Ledger:
         """Grant (a bonus lot) or take back credits as `adjust`; the new balance."""
         moment = now()
         args: list[str | int] = [amount, note, int(moment.timestamp()), iso(moment)]
-        reply = await self._adjust(
-            keys=[account_key(account_id)], args=args + self._expiry(moment)
+        reply = await self._durable.run(
+            self._adjust, [account_key(account_id)], args + self._expiry(moment)
         )
         outcome = text(reply[0])
         if outcome == "NO_ACCOUNT":

@@ -1,6 +1,6 @@
-"""The job queue: a Redis Stream with one consumer group, at-least-once delivery.
+"""The job queue: Redis Streams with one consumer group each, at-least-once delivery.
 
-Jobs enter the stream in the submit script, in the same step that charges them.
+Jobs enter a stream in the submit script, in the same step that charges them.
 
 Why hand-written on Streams rather than arq, SAQ, taskiq or streaq (report E):
 none of them re-runs a SIGKILLed worker's job promptly by default (arq 310 s,
@@ -10,108 +10,211 @@ consumer group gives at-least-once delivery with batched reads; a running job's
 idle time is its lease (renewed with XCLAIM), a stale one is taken over with
 XAUTOCLAIM, and the money stays exact because settlement is a state transition
 of the generation, not a property of delivery.
+
+Shards, for Redis Cluster: the submit script debits an account and enqueues
+its job in one atomic step, so the account and the stream must share a slot.
+The queue is SHARDS streams whose hash tags sit in SHARDS evenly spaced slots,
+and a new account's id is drawn (by rejection, about 16384 / SHARDS tries,
+once per account) until its own slot is one of them: every account's jobs go
+to the shard in its slot. Workers read every shard. Ids that predate this
+(tests, a single Redis) map to a shard by a stable hash; on a single server
+any pairing is atomic. The price: account data lives in SHARDS slots, so a
+cluster spreads it over at most SHARDS masters.
 """
 
 from __future__ import annotations
 
+import itertools
+import secrets
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
 from redis.asyncio import Redis
+from redis.crc import key_slot
 from redis.exceptions import ResponseError
 
 from .ledger import text
 
-PREFIX: Final = "studio:jobs:{q}"
-STREAM: Final = f"{PREFIX}:stream"
+SHARDS: Final = 16
 GROUP: Final = "workers"
 CANCEL_CHANNEL: Final = "studio:jobs:cancel"
+# The submit script rings this after every enqueue: idle workers read at once.
+READY_CHANNEL: Final = "studio:jobs:ready"
 _SCRIPT: Final = (Path(__file__).parent / "lua" / "queue.lua").read_text()
+_SPAN: Final = 16384 // SHARDS
+
+
+def _tag(shard: int) -> str:
+    """The first tag `q<shard>.<n>` whose slot falls in the shard's 1/SHARDS range."""
+    for n in itertools.count():
+        tag = f"q{shard}.{n}"
+        if key_slot(tag.encode()) // _SPAN == shard:
+            return tag
+    raise AssertionError("unreachable")
+
+
+TAGS: Final = tuple(_tag(shard) for shard in range(SHARDS))
+_SHARD_OF_SLOT: Final = {key_slot(tag.encode()): i for i, tag in enumerate(TAGS)}
+
+
+def prefix(shard: int) -> str:
+    """Name a shard's keys: studio:jobs:{<tag>}."""
+    return f"studio:jobs:{{{TAGS[shard]}}}"
+
+
+def shard_of(account_id: str) -> int:
+    """The shard that shares the account's slot (or a stable pick for old ids)."""
+    slot = key_slot(account_id.encode())
+    return _SHARD_OF_SLOT.get(slot, slot % SHARDS)
+
+
+def new_account_id() -> str:
+    """Draw a random account id whose slot is a shard's slot (Cluster co-location)."""
+    while True:
+        candidate = secrets.token_hex(12)
+        if key_slot(candidate.encode()) in _SHARD_OF_SLOT:
+            return candidate
+
+
+def _ref(shard: int, entry: str) -> str:
+    """A delivery's reference: the shard and its stream entry id ('' for none)."""
+    return f"{shard}/{entry}"
+
+
+def _split(ref: str) -> tuple[int, str]:
+    shard, _, entry = ref.partition("/")
+    return int(shard), entry
+
+
+def shard_ref(shard: int) -> str:
+    """A reference to a shard with no delivery (a job found by its deadline)."""
+    return _ref(shard, "")
 
 
 class JobQueue:
-    """Reserve, commit, deliver, renew, reclaim and finish jobs."""
+    """Reserve, commit, deliver, renew, reclaim and finish jobs, over all shards.
+
+    A delivery is named by a reference `<shard>/<entry id>`; entry ids are only
+    unique within one stream.
+    """
 
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
         self._script = redis.register_script(_SCRIPT)
-
-    async def _run(self, *args: str | int | float) -> Any:
-        return await self._script(keys=[PREFIX], args=list(args))
+        self._next = 0  # the shard a read starts at, rotating for fairness
 
     async def ensure_group(self) -> None:
-        """Create the stream and its consumer group once; a second call is a no-op."""
-        try:
-            await self._redis.xgroup_create(STREAM, GROUP, id="0", mkstream=True)
-        except ResponseError as err:
-            if "BUSYGROUP" not in str(err):
-                raise
+        """Create every stream and its consumer group once; again is a no-op."""
+        for shard in range(SHARDS):
+            try:
+                await self._redis.xgroup_create(
+                    f"{prefix(shard)}:stream", GROUP, id="0", mkstream=True
+                )
+            except ResponseError as err:
+                if "BUSYGROUP" not in str(err):
+                    raise
 
-    async def finish(self, gid: str, entry: str = "") -> None:
+    async def finish(self, gid: str, ref: str) -> None:
         """Acknowledge and delete a job that needs no more running."""
-        await self._run("finish", gid, entry)
+        shard, entry = _split(ref)
+        await self._script(keys=[prefix(shard)], args=["finish", gid, entry])
 
-    async def job(self, gid: str) -> dict[str, str]:
+    async def job(self, ref: str, gid: str) -> dict[str, str]:
         """Read a job's record (empty if it is finished)."""
-        fields = await self._redis.hgetall(f"{PREFIX}:job:{gid}")
+        shard, _ = _split(ref)
+        fields = await self._redis.hgetall(f"{prefix(shard)}:job:{gid}")
         return {text(k): text(v) for k, v in fields.items()}
 
-    async def attempt(self, gid: str) -> int:
+    async def attempt(self, ref: str, gid: str) -> int:
         """Count one more run of a job."""
-        return int(await self._redis.hincrby(f"{PREFIX}:job:{gid}", "attempts", 1))
+        shard, _ = _split(ref)
+        key = f"{prefix(shard)}:job:{gid}"
+        return int(await self._redis.hincrby(key, "attempts", 1))
 
-    async def read(
-        self, consumer: str, count: int, block_ms: int
-    ) -> list[tuple[str, str]]:
-        """Take up to `count` new jobs for this consumer: (entry id, generation id)."""
-        reply: Any = await self._redis.xreadgroup(
-            GROUP, consumer, {STREAM: ">"}, count=count, block=block_ms
-        )
-        return [
-            (text(entry), text(fields[b"g"]))
-            for _, entries in reply or []
-            for entry, fields in entries
-            if fields
-        ]
+    async def read(self, consumer: str, count: int) -> list[tuple[str, str]]:
+        """Take up to `count` new jobs, shard after shard: (reference, generation id).
 
-    async def renew(self, consumer: str, entries: Sequence[str]) -> None:
+        Reads do not block (a cluster cannot block on streams of several
+        slots); an idle worker waits for READY_CHANNEL instead.
+        """
+        found: list[tuple[str, str]] = []
+        start, self._next = self._next, (self._next + 1) % SHARDS
+        for step in range(SHARDS):
+            if len(found) >= count:
+                break
+            shard = (start + step) % SHARDS
+            stream = f"{prefix(shard)}:stream"
+            reply: Any = await self._redis.xreadgroup(
+                GROUP, consumer, {stream: ">"}, count=count - len(found)
+            )
+            found += [
+                (_ref(shard, text(entry)), text(fields[b"g"]))
+                for _, entries in reply or []
+                for entry, fields in entries
+                if fields
+            ]
+        return found
+
+    async def renew(self, consumer: str, refs: Sequence[str]) -> None:
         """Reset the idle time of running jobs: their lease."""
-        if entries:
-            await self._redis.xclaim(
-                STREAM, GROUP, consumer, 0, list(entries), justid=True
-            )
+        await self._claim(consumer, refs)
 
-    async def hand_back(
-        self, consumer: str, entries: Sequence[str], idle_ms: int
-    ) -> None:
+    async def hand_back(self, consumer: str, refs: Sequence[str], idle_ms: int) -> None:
         """Mark jobs as idle for a whole lease, so another worker takes them at once."""
-        if entries:
+        await self._claim(consumer, refs, idle=idle_ms)
+
+    async def _claim(
+        self, consumer: str, refs: Sequence[str], idle: int | None = None
+    ) -> None:
+        by_shard: dict[int, list[Any]] = {}
+        for ref in refs:
+            shard, entry = _split(ref)
+            by_shard.setdefault(shard, []).append(entry)
+        for shard, entries in by_shard.items():
             await self._redis.xclaim(
-                STREAM, GROUP, consumer, 0, list(entries), idle=idle_ms, justid=True
-            )
+                f"{prefix(shard)}:stream", GROUP, consumer, 0, entries,
+                idle=idle, justid=True,
+            )  # fmt: skip
 
     async def reclaim(
         self, consumer: str, min_idle_ms: int, count: int
     ) -> list[tuple[str, str]]:
         """Take over jobs whose worker stopped renewing them."""
-        reply: Any = await self._redis.xautoclaim(
-            STREAM, GROUP, consumer, min_idle_ms, "0-0", count=count
-        )
-        return [
-            (text(entry), text(fields[b"g"])) for entry, fields in reply[1] if fields
-        ]
+        found: list[tuple[str, str]] = []
+        for shard in range(SHARDS):
+            if len(found) >= count:
+                break
+            reply: Any = await self._redis.xautoclaim(
+                f"{prefix(shard)}:stream", GROUP, consumer, min_idle_ms, "0-0",
+                count=count - len(found),
+            )  # fmt: skip
+            found += [
+                (_ref(shard, text(entry)), text(fields[b"g"]))
+                for entry, fields in reply[1]
+                if fields
+            ]
+        return found
 
-    async def due(self, now: float, count: int = 100) -> list[str]:
-        """Return jobs past their deadline."""
-        found: list[bytes] = await self._redis.zrangebyscore(  # type: ignore[assignment]
-            f"{PREFIX}:deadlines", "-inf", now, start=0, num=count
-        )
-        return [text(gid) for gid in found]
+    async def due(self, now: float, count: int = 100) -> list[tuple[str, str]]:
+        """Return jobs past their deadline: (shard reference, generation id)."""
+        found: list[tuple[str, str]] = []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for shard in range(SHARDS):
+                pipe.zrangebyscore(
+                    f"{prefix(shard)}:deadlines", "-inf", now, start=0, num=count
+                )
+            replies = await pipe.execute()
+        for shard, gids in enumerate(replies):
+            found += [(shard_ref(shard), text(gid)) for gid in gids]
+        return found[:count]
 
     async def depth(self) -> int:
         """Count jobs waiting or running."""
-        return int(await self._redis.zcard(f"{PREFIX}:deadlines"))
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for shard in range(SHARDS):
+                pipe.zcard(f"{prefix(shard)}:deadlines")
+            return sum(int(n) for n in await pipe.execute())
 
     async def cancel(self, gid: str) -> None:
         """Tell the worker running a generation to stop it."""

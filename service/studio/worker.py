@@ -21,15 +21,19 @@ from redis.exceptions import RedisError
 from ..content import Content, Model
 from ..metrics import Metrics
 from ..settings import WorkbenchSettings
+from ..store.connect import STORE_ERRORS
+from ..store.pubsub import Subscriber
 from .generations import GenerationStore
 from .ledger import iso, now, text
 from .media.demo_art import thumbnail_webp, video_info, video_poster
 from .media.store import CONTENT_TYPES, MediaStore, new_key
-from .queue import CANCEL_CHANNEL, JobQueue
+from .queue import CANCEL_CHANNEL, READY_CHANNEL, JobQueue
 from .upstreams.base import Output, Request, Upstream, UpstreamError
 
 _LOGGER: Final = logging.getLogger(__name__)
 JANITOR_SECONDS: Final = 1.0
+# An idle worker reads the queue again after this long even without a ring.
+IDLE_POLL_SECONDS: Final = 0.5
 # How long SIGTERM waits for running jobs before handing them back.
 SHUTDOWN_GRACE_SECONDS: Final = 10.0
 PROGRESS_STEP: Final = 0.02
@@ -57,6 +61,8 @@ class Worker:
     media: MediaStore
     upstream_for: Callable[[Model], Upstream]
     metrics: Metrics = field(default_factory=Metrics)
+    # Replicas that must hold a settlement before it counts (redis_wait_replicas).
+    wait_replicas: int = 0
     consumer: str = field(
         default_factory=lambda: (
             f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -65,7 +71,8 @@ class Worker:
 
     def __post_init__(self) -> None:
         self.queue = JobQueue(self.redis)
-        self.generations = GenerationStore(self.redis)
+        self.generations = GenerationStore(self.redis, self.wait_replicas)
+        self._ready = asyncio.Event()  # READY_CHANNEL rang: a job may be waiting
         self._running: dict[str, _Running] = {}
         self._models = {model.id: model for model in self.content.models}
         self._slots = asyncio.Semaphore(self.settings.worker_concurrency)
@@ -73,10 +80,16 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Work until `stop` is set, then finish or hand back what is running."""
-        await self.queue.ensure_group()
+        while not stop.is_set():
+            try:  # a worker may start while Redis (or a cluster master) is down
+                await self.queue.ensure_group()
+                break
+            except STORE_ERRORS as err:
+                _LOGGER.warning("queue unavailable: %s", type(err).__name__)
+                await _sleep_or_stop(stop, 1.0)
         helpers = [
             asyncio.create_task(self._janitor(stop), name="janitor"),
-            asyncio.create_task(self._cancellations(stop), name="cancellations"),
+            asyncio.create_task(self._signals(stop), name="signals"),
         ]
         try:
             await self._consume(stop)
@@ -92,14 +105,29 @@ class Worker:
             if free <= 0:
                 await self._wait_for_a_slot(stop)
                 continue
+            self._ready.clear()
             try:
-                jobs = await self.queue.read(self.consumer, free, block_ms=500)
-            except (RedisError, OSError) as err:
+                jobs = await self.queue.read(self.consumer, free)
+            except STORE_ERRORS as err:
                 _LOGGER.warning("queue read failed: %s", type(err).__name__)
                 await _sleep_or_stop(stop, 1.0)
                 continue
             for entry, gid in jobs:
                 self._start(entry, gid)
+            if not jobs:
+                await self._wait_for_a_job(stop)
+
+    async def _wait_for_a_job(self, stop: asyncio.Event) -> None:
+        """Sleep until a submit rings READY_CHANNEL (or IDLE_POLL_SECONDS pass)."""
+        ready = asyncio.ensure_future(self._ready.wait())
+        stopper = asyncio.ensure_future(stop.wait())
+        await asyncio.wait(
+            {ready, stopper},
+            timeout=IDLE_POLL_SECONDS,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        ready.cancel()
+        stopper.cancel()
 
     async def _wait_for_a_slot(self, stop: asyncio.Event) -> None:
         tasks = {running.task for running in self._running.values()}
@@ -139,17 +167,17 @@ class Worker:
             if running is None or not running.canceled:
                 raise  # shutting down: the job goes back, unsettled
             await self.queue.finish(gid, entry)  # canceled by its owner
-        except (RedisError, OSError) as err:
+        except STORE_ERRORS as err:
             # The job stays unacknowledged; its lease lapses and it runs again.
             _LOGGER.warning("job %s interrupted: %s", gid, type(err).__name__)
 
     async def _attempt(self, entry: str, gid: str) -> None:
-        job = await self.queue.job(gid)
+        job = await self.queue.job(entry, gid)
         if not job or "account" not in job:
             await self.queue.finish(gid, entry)
             return
         account = job["account"]
-        await self.queue.attempt(gid)
+        await self.queue.attempt(entry, gid)
         outcome, fields = await self.generations.settle(account, gid, "start")
         if outcome in ("FINISHED", "NOT_FOUND"):
             await self.queue.finish(gid, entry)
@@ -169,7 +197,7 @@ class Worker:
         except JobGone:
             await self.queue.finish(gid, entry)
             return
-        except (RedisError, OSError):
+        except STORE_ERRORS:
             raise
         except Exception:
             _LOGGER.exception("job %s failed unexpectedly", gid)
@@ -310,7 +338,7 @@ class Worker:
         while not stop.is_set():
             try:
                 await self._tidy()
-            except (RedisError, OSError) as err:
+            except STORE_ERRORS as err:
                 _LOGGER.warning("janitor: %s", type(err).__name__)
             await _sleep_or_stop(stop, JANITOR_SECONDS)
 
@@ -326,8 +354,8 @@ class Worker:
             ):
                 _LOGGER.info("took over job %s from a silent worker", gid)
                 self._start(entry, gid)
-        for gid in await self.queue.due(time.time()):
-            job = await self.queue.job(gid)
+        for ref, gid in await self.queue.due(time.time()):
+            job = await self.queue.job(ref, gid)
             if account := job.get("account"):
                 outcome, fields = await self.generations.settle(
                     account, gid, "fail", "TIMED_OUT"
@@ -335,23 +363,26 @@ class Worker:
                 if outcome == "OK":
                     self.metrics.credits.labels("refunded").inc(int(fields["credits"]))
             self._stop_local(gid)
-            await self.queue.finish(gid)
+            await self.queue.finish(gid, ref)
 
-    async def _cancellations(self, stop: asyncio.Event) -> None:
-        """Stop a running job the moment its owner cancels it."""
-        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+    async def _signals(self, stop: asyncio.Event) -> None:
+        """Stop a running job the moment its owner cancels it; wake on new jobs."""
+        subscriber = Subscriber(self.redis)
         while not stop.is_set():
             try:
-                await pubsub.subscribe(CANCEL_CHANNEL)
+                await subscriber.subscribe(CANCEL_CHANNEL, READY_CHANNEL)
                 while not stop.is_set():
-                    message = await pubsub.get_message(timeout=1.0)
-                    if message and message["type"] == "message":
+                    message = await subscriber.get_message(timeout=1.0)
+                    if not message or message["type"] != "message":
+                        continue
+                    if text(message["channel"]) == READY_CHANNEL:
+                        self._ready.set()
+                    else:
                         self._stop_local(text(message["data"]))
-            except (RedisError, OSError) as err:
-                _LOGGER.warning("cancel channel: %s", type(err).__name__)
+            except STORE_ERRORS as err:
+                _LOGGER.warning("worker channels: %s", type(err).__name__)
                 await _sleep_or_stop(stop, 1.0)
-        with contextlib.suppress(RedisError, OSError):
-            await pubsub.aclose()  # type: ignore[no-untyped-call]
+        await subscriber.aclose()
 
     def _stop_local(self, gid: str) -> None:
         for running in self._running.values():

@@ -2,6 +2,7 @@
 import { $, toast } from './dom.js';
 import { t, currentLang, onLang } from './i18n.js';
 import { api, describe } from './api.js';
+import { solveChallenge } from './proof.js';
 import { state, setUser } from './state.js';
 
 const dialog = $('#signin');
@@ -44,9 +45,28 @@ function busy(form, on) {
   if (!on) tick();
 }
 
+// Under load the server asks for a proof of work first: solve it, send again.
+// A new challenge after a solution (expired, or spent by a double click) is
+// solved once more; past that the error is shown.
 async function requestCode(email) {
   errorBox.textContent = '';
-  const answer = await api('POST', '/auth/code', { json: { email, lang: currentLang() } });
+  const body = { email, lang: currentLang() };
+  let answer = null;
+  for (let round = 0; answer === null; round += 1) {
+    try {
+      answer = await api('POST', '/auth/code', { json: body });
+    } catch (error) {
+      if (error.code !== 'CHALLENGE_REQUIRED' || round >= 2) throw error;
+      errorBox.textContent = t('solving');
+      try {
+        body.altcha = await solveChallenge(error.body.challenge);
+      } catch {
+        throw error;
+      } finally {
+        errorBox.textContent = '';
+      }
+    }
+  }
   address = email;
   resendAt = Date.now() + (answer.resend_after ?? 60) * 1000;
   tick();

@@ -1,5 +1,6 @@
 -- Check, charge, record and enqueue one generation: one atomic step.
--- KEYS[2]: the job queue's prefix (studio:jobs:{q}).
+-- KEYS[2]: the prefix of the queue shard in the account's slot
+-- (studio:jobs:{<tag>}, see queue.py), so this is one slot on Redis Cluster.
 -- ARGV: gid, idempotency key ('' for none), body hash, price, per-user cap,
 --       now epoch, now_iso, deadline epoch, then the generation's fields as
 --       field, value...
@@ -39,5 +40,6 @@ local stream_entry = redis.call('XADD', Q .. ':stream', '*', 'g', gid)
 redis.call('HSET', Q .. ':job:' .. gid, 'account', string.match(P, '{(.-)}'),
            'deadline', deadline, 'entry', stream_entry)
 redis.call('ZADD', Q .. ':deadlines', deadline, gid)
+redis.call('PUBLISH', 'studio:jobs:ready', '')  -- wakes idle workers
 publish('credits', {balance = balance()})
 return {'OK', gen_event(gid)}

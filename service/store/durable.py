@@ -1,0 +1,71 @@
+"""Money-moving scripts that a failover cannot undo once they are acknowledged."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any, Final, cast
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
+
+from .connect import is_cluster
+
+_LOGGER: Final = logging.getLogger(__name__)
+# How long one script waits for its replicas before it is answered anyway.
+WAIT_MS: Final = 500
+
+
+class DurableScripts:
+    """Run a script, then WAIT for `replicas` replicas to hold its writes.
+
+    Replication is asynchronous: a master killed right after a script can take
+    the script's writes with it, and its promoted replica would not have the
+    ledger entry the client was told about. WAIT counts the replicas that
+    acknowledged every write of the connection so far, so it goes in the same
+    pipeline as the script (one connection, one round trip; on a cluster, to
+    the node of the script's slot). A replica that does not answer in WAIT_MS
+    is logged and the script is answered anyway: its writes are on the master.
+    With 0 replicas this is a plain script call.
+    """
+
+    def __init__(self, redis: Redis, replicas: int = 0) -> None:
+        self._redis = redis
+        self.replicas = replicas
+
+    async def run(
+        self, script: AsyncScript, keys: Sequence[str], args: Sequence[str | int]
+    ) -> Any:
+        """Run `script` like `script(keys=..., args=...)`, durably when asked."""
+        if self.replicas <= 0:
+            return await script(keys=keys, args=args)
+        reply, acked = await self._run_and_wait(script, keys, args)
+        if isinstance(reply, NoScriptError):
+            await self._redis.script_load(script.script)
+            reply, acked = await self._run_and_wait(script, keys, args)
+        if isinstance(reply, Exception):
+            raise reply
+        if isinstance(acked, Exception) or int(acked) < self.replicas:
+            _LOGGER.warning(
+                "a ledger write reached %s of %d replicas in %d ms",
+                "?" if isinstance(acked, Exception) else acked,
+                self.replicas,
+                WAIT_MS,
+            )
+        return reply
+
+    async def _run_and_wait(
+        self, script: AsyncScript, keys: Sequence[str], args: Sequence[str | int]
+    ) -> tuple[Any, Any]:
+        target: dict[str, Any] = {}
+        if is_cluster(self._redis):
+            cluster = cast(RedisCluster, self._redis)
+            await cluster.initialize()
+            target["target_nodes"] = cluster.get_node_from_key(keys[0])
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            pipe.execute_command("WAIT", self.replicas, WAIT_MS, **target)
+            reply, acked = await pipe.execute(raise_on_error=False)
+        return reply, acked

@@ -1,0 +1,281 @@
+"""The service on Redis Cluster: 3 masters with a replica each, through the real app.
+
+Sign-in with real SMTP, sessions, the limiter, credits, generations on a real
+worker process and the square, then a master SIGKILLed under an account's
+ledger: its replica takes over and no acknowledged ledger entry is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+from pytest_aiohttp import AiohttpClient
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+from redis.crc import key_slot
+
+from service.app import create_app
+from service.settings import SettingsError, load_settings
+from service.store.connect import connect, is_cluster
+from service.store.embedded import MailCatcher
+from service.studio.ledger import account_key
+from service.studio.queue import SHARDS, TAGS, new_account_id, prefix, shard_of
+
+from .cluster import Cluster
+from .conftest import TEST_SECRET, Client, SettingsFactory, forget_limits
+from .processes import studio_environ
+from .workbench import (
+    balance,
+    ledger,
+    sign_in,
+    studio_command,
+    wait_for_status,
+    worker_process,
+)
+
+Env = dict[str, str]
+MakeClient = Callable[..., Any]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One cluster for the module (about 6 s to form); the failover test heals it."""
+    servers = Cluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        servers.start()
+        yield servers
+    finally:
+        servers.stop()
+
+
+@pytest.fixture
+async def cluster_redis(cluster: Cluster) -> AsyncIterator[Redis]:
+    """A cluster client of the test's own, made by the service's factory."""
+    client = connect(cluster.url, cluster=True, socket_timeout=2, connect_timeout=1)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def cluster_env(tmp_path: Path, cluster: Cluster, mail_server: MailCatcher) -> Env:
+    """Settings shared by the app, its workers and operator commands."""
+    return {
+        "STUDIO_REDIS_URL": cluster.url,
+        "STUDIO_REDIS_WAIT_REPLICAS": "1",
+        "STUDIO_SECRET_KEY": TEST_SECRET,
+        "STUDIO_SMTP_HOST": mail_server.host,
+        "STUDIO_SMTP_PORT": str(mail_server.port),
+        "STUDIO_DEMO_UPSTREAM": "1",
+        "STUDIO_DEMO_SECONDS": "0.2",
+        "STUDIO_MEDIA_DIR": str(tmp_path / "media"),
+        "STUDIO_JOBS_VISIBILITY_TIMEOUT": "2",
+    }
+
+
+@pytest.fixture
+def studio(
+    aiohttp_client: AiohttpClient, make_settings: SettingsFactory, cluster_env: Env
+) -> MakeClient:
+    """Build a client on the real app, configured for the cluster."""
+
+    async def factory(**extra: str) -> Client:
+        settings = make_settings(**{**cluster_env, **extra})
+        assert settings.redis_cluster
+        return await aiohttp_client(create_app(settings))
+
+    return factory
+
+
+async def _submit(client: Client, prompt: str = "a lamp") -> dict[str, Any]:
+    response = await client.post(
+        "/api/generations", json={"model": "seedream-4", "prompt": prompt}
+    )
+    assert response.status == 202, await response.text()
+    generation: dict[str, Any] = await response.json()
+    return generation
+
+
+async def test_a_cluster_url_or_the_flag_selects_the_cluster_client() -> None:
+    """redis+cluster:// (several seeds) or STUDIO_REDIS_CLUSTER=1; never a socket."""
+    by_url = load_settings({"STUDIO_REDIS_URL": "redis+cluster://10.0.0.1:7000,h2"})
+    by_flag = load_settings(
+        {"STUDIO_REDIS_URL": "redis://h:7000/0", "STUDIO_REDIS_CLUSTER": "1"}
+    )
+    plain = load_settings({"STUDIO_REDIS_URL": "redis://h:7000/0"})
+    assert (by_url.redis_cluster, by_flag.redis_cluster) == (True, True)
+    assert not plain.redis_cluster
+    client = connect(
+        by_url.redis_url, cluster=True, socket_timeout=1, connect_timeout=1
+    )
+    assert is_cluster(client)
+    seeds = cast(RedisCluster, client).startup_nodes
+    assert [node.name for node in seeds] == ["10.0.0.1:7000", "h2:6379"]
+    await client.aclose()
+    with pytest.raises(SettingsError, match="STUDIO_REDIS_CLUSTER"):
+        load_settings(
+            {"STUDIO_REDIS_URL": "unix:///tmp/r.sock", "STUDIO_REDIS_CLUSTER": "1"}
+        )
+
+
+def test_new_account_ids_share_a_slot_with_their_queue_shard() -> None:
+    """Submit debits the account and enqueues its job in one slot: one script."""
+    spans = sorted(key_slot(tag.encode()) * SHARDS // 16384 for tag in TAGS)
+    assert spans == list(range(SHARDS))  # one shard per 1/16 of the slots
+    for _ in range(50):
+        account = new_account_id()
+        assert len(account) == 24
+        slot = key_slot(account_key(account).encode())
+        assert key_slot(prefix(shard_of(account)).encode()) == slot
+
+
+async def test_sign_in_sessions_and_limits_work_on_the_cluster(
+    studio: MakeClient, mail_server: MailCatcher, cluster_redis: Redis
+) -> None:
+    """A code by real mail, a session cookie, sign-out, and a 429 from the limiter."""
+    await forget_limits(cluster_redis)
+    client = await studio(
+        STUDIO_LIMITS_GALLERY_QUOTA="10", STUDIO_LIMITS_GALLERY_BURST="5"
+    )
+    user = await sign_in(client, mail_server)
+    me = await client.get("/api/me")
+    assert me.status == 200
+    assert (await me.json())["id"] == user["id"]
+    statuses = [(await client.get("/api/square")).status for _ in range(6)]
+    assert statuses == [200] * 5 + [429]
+    assert (await client.post("/api/auth/logout")).status == 204
+    assert (await client.get("/api/me")).status == 401
+
+
+async def test_generations_credits_events_and_the_square_run_on_the_cluster(
+    studio: MakeClient,
+    mail_server: MailCatcher,
+    cluster_env: Env,
+    cluster: Cluster,
+) -> None:
+    """Accounts on every master submit; a worker process runs, settles and tells."""
+    clients = [await studio() for _ in range(4)]
+    users = [await sign_in(client, mail_server) for client in clients]
+    masters = {cluster.primary_of(account_key(user["id"])).port for user in users}
+    events: list[tuple[str, Any]] = []
+    opened = asyncio.Event()
+
+    async def listen() -> None:
+        async with clients[0].get("/api/events") as response:
+            assert response.status == 200
+            name = ""
+            async for raw in response.content:
+                line = raw.decode().rstrip("\r\n")
+                if line.startswith("event: "):
+                    name = line[7:]
+                elif line.startswith("data: "):
+                    events.append((name, json.loads(line[6:])))
+                    opened.set()
+                    if name == "generation" and events[-1][1]["status"] in (
+                        "succeeded",
+                        "failed",
+                    ):
+                        return
+
+    listener = asyncio.create_task(listen())
+    await asyncio.wait_for(opened.wait(), 10)
+    generations = [await _submit(client) for client in clients]
+    with worker_process(cluster_env):
+        done = [
+            await wait_for_status(client, g["id"], {"succeeded", "failed"})
+            for client, g in zip(clients, generations, strict=True)
+        ]
+        await asyncio.wait_for(listener, 30)
+    assert [g["status"] for g in done] == ["succeeded"] * 4
+    assert len(masters) >= 2, "the accounts should live on more than one master"
+    assert ("credits", {"balance": 94}) in events
+    for client in clients:
+        assert [e["kind"] for e in await ledger(client)] == ["grant", "debit"]
+        assert await balance(client) == 94
+    # the square: publish on one account, see it anonymously, take it down
+    work = done[0]["works"][0]
+    published = await clients[0].post(f"/api/works/{work['id']}/publish")
+    assert published.status == 200, await published.text()
+    square = await (await clients[1].get("/api/square")).json()
+    assert work["id"] in [item["id"] for item in square["items"]]
+    unpublished = await clients[0].delete(f"/api/works/{work['id']}/publish")
+    assert unpublished.status == 200
+    square = await (await clients[1].get("/api/square")).json()
+    assert work["id"] not in [item["id"] for item in square["items"]]
+    # an operator command goes through the same client factory
+    granted = await studio_command(
+        "credits", "grant", users[1]["email"], "5",
+        environ=studio_environ(**cluster_env),
+    )  # fmt: skip
+    assert granted.returncode == 0, granted.stderr
+    assert await balance(clients[1]) == 99
+
+
+async def test_money_moving_scripts_wait_for_a_replica(
+    studio: MakeClient, mail_server: MailCatcher, cluster: Cluster
+) -> None:
+    """With redis_wait_replicas = 1 a submit is followed by WAIT on its master."""
+    client = await studio()
+    user = await sign_in(client, mail_server)
+    master = cluster.primary_of(account_key(user["id"]))
+
+    def waits() -> int:
+        with master.client() as direct:
+            stats = direct.info("commandstats")
+        return int(stats.get("cmdstat_wait", {}).get("calls", 0))
+
+    before = waits()
+    await _submit(client)
+    assert waits() == before + 1
+    quiet = await studio(STUDIO_REDIS_WAIT_REPLICAS="0")
+    await sign_in(quiet, mail_server)
+    before = waits()
+    await _submit(quiet)
+    assert waits() == before
+
+
+async def _until_ok(client: Client, path: str, within: float = 20.0) -> Any:
+    """GET until it answers 200 (503 while the cluster elects a new master)."""
+    deadline = time.monotonic() + within
+    while True:
+        response = await client.get(path)
+        if response.status == 200:
+            return await response.json()
+        assert response.status == 503, await response.text()
+        assert time.monotonic() < deadline, "the cluster did not recover"
+        await asyncio.sleep(0.2)
+
+
+async def test_a_master_failover_loses_no_acknowledged_ledger_entry(
+    studio: MakeClient, mail_server: MailCatcher, cluster_env: Env, cluster: Cluster
+) -> None:
+    """SIGKILL the master of an account's slot mid-work; its replica has it all."""
+    client = await studio()
+    user = await sign_in(client, mail_server)
+    key = account_key(user["id"])
+    with worker_process(cluster_env):
+        first = [await _submit(client, f"before {i}") for i in range(3)]
+        await wait_for_status(client, first[0]["id"], {"succeeded"})  # worker is up
+        acknowledged = await ledger(client)
+        dead, successor = await asyncio.to_thread(cluster.fail_over, key)
+        try:
+            assert successor is not dead
+            after = await _until_ok(client, "/api/credits?limit=50")
+            kept = {entry["id"]: entry for entry in after["entries"]}
+            for entry in acknowledged:
+                assert kept.get(entry["id"]) == entry
+            # the service keeps going on the promoted replica
+            later = await _submit(client, "after")  # 4 live: the per-user cap
+            for generation in [*first, later]:
+                body = await wait_for_status(client, generation["id"], {"succeeded"})
+                assert body["refunded"] is False
+        finally:
+            await asyncio.to_thread(cluster.rejoin, dead)
+    entries = await ledger(client)
+    assert [e["kind"] for e in entries] == ["grant"] + ["debit"] * 4
+    assert sum(e["amount"] for e in entries) == await balance(client) == 76
