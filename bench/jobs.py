@@ -7,7 +7,11 @@ enough to submit), against a Redis with AOF on, as a deployment runs it.
 
 Baselines, started in the same run on the same machine:
 - submit: `bare-xadd`, an aiohttp handler that reads the JSON body and does one
-  XADD (the least any queueing submit must do), 50 clients alike;
+  XADD (the least any queueing submit must do), 50 clients alike, both in a
+  closed loop (each client submits again as soon as it is answered: the
+  latency is 50 / throughput, a measure of the whole machine) and in an open
+  loop (Poisson arrivals at --rate submits/s in all: the latency a person sees
+  at that load);
 - worker: `bare-group`, a consumer-group loop that reads 8 at a time and acks
   each entry (no work, no settlement): the queue mechanism's own ceiling.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -126,6 +131,33 @@ async def _submit_latencies(
     return latencies
 
 
+async def _paced_latencies(
+    url: str, sessions: list[aiohttp.ClientSession], rate: float, seconds: float
+) -> list[float]:
+    """Open loop: each client submits on its own Poisson clock, `rate` in all.
+
+    A latency is counted from the moment the submit was due, so a client held
+    up by a slow answer pays for it (no coordinated omission).
+    """
+    latencies: list[float] = []
+    each = rate / len(sessions)
+
+    async def client(session: aiohttp.ClientSession, seed: int) -> None:
+        clock = random.Random(seed)
+        due = time.perf_counter() + clock.expovariate(each)
+        end = time.perf_counter() + seconds
+        while due < end:
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            async with session.post(f"{url}/api/generations", json=BODY) as r:
+                await r.read()
+                assert r.status == 202, r.status
+            latencies.append(time.perf_counter() - due)
+            due += clock.expovariate(each)
+
+    await asyncio.gather(*(client(s, i) for i, s in enumerate(sessions)))
+    return latencies
+
+
 def _percentiles(samples: list[float]) -> tuple[float, float]:
     cuts = statistics.quantiles(samples, n=100)
     return cuts[49] * 1000, cuts[98] * 1000
@@ -191,7 +223,7 @@ def drain_baseline(redis_url: str) -> None:
     uvloop.run(run())
 
 
-async def main(per_client: int) -> None:
+async def main(per_client: int, rate: float) -> None:
     with (
         tempfile.TemporaryDirectory() as scratch,
         RedisServer(data_dir=Path(scratch) / "redis") as redis_server,
@@ -217,9 +249,13 @@ async def main(per_client: int) -> None:
             await _submit_latencies(base_url, sessions, 2)
             ours: list[float] = []
             bare: list[float] = []
+            paced_ours: list[float] = []
+            paced_bare: list[float] = []
             for _ in range(2):
                 ours += await _submit_latencies(ours_url, sessions, per_client)
                 bare += await _submit_latencies(base_url, sessions, per_client)
+                for url, into in ((ours_url, paced_ours), (base_url, paced_bare)):
+                    into += await _paced_latencies(url, sessions, rate, 5.0)
             for session in sessions:
                 await session.close()
         finally:
@@ -253,6 +289,15 @@ async def main(per_client: int) -> None:
     print(f"  {'bare-xadd':24} {bare_p50:8.2f} {bare_p99:8.2f}")
     ratios = f"{ours_p50 / bare_p50:8.2f} {ours_p99 / bare_p99:8.2f}"
     print(f"  ratio ours/bare         {ratios}")
+    paced_p50, paced_p99 = _percentiles(paced_ours)
+    pbare_p50, pbare_p99 = _percentiles(paced_bare)
+    print(f"submit at {CLIENTS} clients, open loop at {rate:.0f} submits/s in all")
+    print(
+        f"  {'ours (serve)':24} {paced_p50:8.2f} {paced_p99:8.2f}   target p99 < 20 ms"
+    )
+    print(f"  {'bare-xadd':24} {pbare_p50:8.2f} {pbare_p99:8.2f}")
+    ratios = f"{paced_p50 / pbare_p50:8.2f} {paced_p99 / pbare_p99:8.2f}"
+    print(f"  ratio ours/bare         {ratios}")
     print(f"queue drain, one process ({queued} jobs ours, {bare_queued} bare)")
     print(f"  ours (worker, demo 0 s)  {ours_rate:8.0f} jobs/s   target >= 500")
     print(f"  bare-group               {bare_rate:8.0f} jobs/s")
@@ -262,6 +307,9 @@ async def main(per_client: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--per-client", type=int, default=10)
+    parser.add_argument(
+        "--rate", type=float, default=1000.0, help="open-loop submits/s, all clients"
+    )
     parser.add_argument("--serve-baseline", nargs=2, metavar=("PORT", "REDIS"))
     parser.add_argument("--drain-baseline", metavar="REDIS")
     args = parser.parse_args()
@@ -270,4 +318,4 @@ if __name__ == "__main__":
     elif args.drain_baseline:
         drain_baseline(args.drain_baseline)
     else:
-        asyncio.run(main(args.per_client))
+        asyncio.run(main(args.per_client, args.rate))
