@@ -158,6 +158,12 @@ async def _paced_latencies(
     return latencies
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _percentiles(samples: list[float]) -> tuple[float, float]:
     cuts = statistics.quantiles(samples, n=100)
     return cuts[49] * 1000, cuts[98] * 1000
@@ -251,9 +257,14 @@ async def main(per_client: int, rate: float) -> None:
             bare: list[float] = []
             paced_ours: list[float] = []
             paced_bare: list[float] = []
+            cpu = {"ours": 0.0, "bare": 0.0}
             for _ in range(2):
+                used = _cpu_seconds(app.pid)
                 ours += await _submit_latencies(ours_url, sessions, per_client)
+                cpu["ours"] += _cpu_seconds(app.pid) - used
+                used = _cpu_seconds(base.pid)
                 bare += await _submit_latencies(base_url, sessions, per_client)
+                cpu["bare"] += _cpu_seconds(base.pid) - used
                 for url, into in ((ours_url, paced_ours), (base_url, paced_bare)):
                     into += await _paced_latencies(url, sessions, rate, 5.0)
             for session in sessions:
@@ -289,6 +300,8 @@ async def main(per_client: int, rate: float) -> None:
     print(f"  {'bare-xadd':24} {bare_p50:8.2f} {bare_p99:8.2f}")
     ratios = f"{ours_p50 / bare_p50:8.2f} {ours_p99 / bare_p99:8.2f}"
     print(f"  ratio ours/bare         {ratios}")
+    ours_us, bare_us = (cpu[side] / len(ours) * 1e6 for side in ("ours", "bare"))
+    print(f"  server CPU per submit: ours {ours_us:.0f} us, bare-xadd {bare_us:.0f} us")
     paced_p50, paced_p99 = _percentiles(paced_ours)
     pbare_p50, pbare_p99 = _percentiles(paced_bare)
     print(f"submit at {CLIENTS} clients, open loop at {rate:.0f} submits/s in all")
