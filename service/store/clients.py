@@ -25,20 +25,21 @@ from ..keys import (
     SQUARE,
     WORKS,
 )
-from ..limits.limiter import Limiter
+from ..limits.limiter import GCRA_SCRIPT, REFUND_SCRIPT, Limiter
 from ..square.feed import SquareStore
 from ..studio.generations import GenerationStore
 from ..studio.ledger import Ledger
 from ..studio.queue import JobQueue
 from ..studio.works import WorkStore
-from .connect import connect
+from .connect import connect, warm
 
 
 async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
-    """Open the client lazily (no connection at start-up) and close it at exit.
+    """Open the client, reach Redis once if it is there, and close it at exit.
 
     Timeouts are short and there is one immediate retry: a request that needs a
-    dead Redis fails in about a second at worst, as 503 UNAVAILABLE.
+    dead Redis fails in about a second at worst, as 503 UNAVAILABLE. A Redis
+    that is down at start-up does not stop the public pages from serving.
     """
     settings = app[SETTINGS]
     client = connect(
@@ -65,6 +66,7 @@ async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
     app[SESSIONS] = SessionStore(client)
     square = app[SQUARE] = SquareStore(client)
     app[WORKS] = WorkStore(client, square)
+    await warm(client)
     yield
     await client.aclose()
 
@@ -74,5 +76,6 @@ async def limiter_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     limiter = Limiter.from_url(settings.redis_url, cluster=settings.redis_cluster)
     app[LIMITER] = limiter
+    await warm(limiter.redis, (GCRA_SCRIPT, REFUND_SCRIPT))
     yield
     await limiter.aclose()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+from collections.abc import Sequence
 from typing import Any, Final, cast
 
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -17,6 +20,9 @@ CLUSTER_SCHEMES: Final = ("redis+cluster://", "rediss+cluster://")
 # RedisClusterException (no node answered, a slot without a master during a
 # failover), which is not a RedisError.
 STORE_ERRORS: Final = (RedisError, RedisClusterException, OSError)
+# How long start-up waits to reach Redis before serving anyway.
+WARM_SECONDS: Final = 2.0
+_LOGGER: Final = logging.getLogger(__name__)
 # Connections per cluster node; the cluster client has no blocking pool.
 CLUSTER_CONNECTIONS: Final = 1024
 # redis-py 8 caps a pool at 100 and then raises at once: a burst of 100
@@ -109,3 +115,27 @@ def connect(
 def is_cluster(redis: Redis) -> bool:
     """Tell whether a client made by `connect` talks to a Redis Cluster."""
     return isinstance(redis, RedisCluster)
+
+
+async def warm(
+    redis: Redis, scripts: Sequence[str] = (), seconds: float = WARM_SECONDS
+) -> bool:
+    """Connect (on a cluster, learn its slots) and load scripts before any request.
+
+    Otherwise a process's first request pays for discovery, a connection and a
+    NOSCRIPT round trip inside its own short budget, and a fail-closed route
+    refuses it. Redis down or hung here costs start-up `seconds` at most; the
+    app starts anyway and its first requests connect.
+    """
+
+    async def reach() -> None:
+        await redis.ping()
+        for script in scripts:
+            await redis.script_load(script)
+
+    try:
+        await asyncio.wait_for(reach(), seconds)
+    except (TimeoutError, *STORE_ERRORS) as err:
+        _LOGGER.warning("Redis not reached at start-up: %s", type(err).__name__)
+        return False
+    return True
