@@ -59,6 +59,8 @@ class WorkbenchSettings:
     worker_concurrency: int
     expire_months: int
     hide_after_reports: int
+    # Seconds a square read waits for Redis before serving its last good copy.
+    square_read_budget: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +180,7 @@ def _build(raw: Mapping[str, Any]) -> Settings:
             worker_concurrency=_integer(raw, "worker.concurrency", 1, 1000),
             expire_months=_integer(raw, "credits.expire_months", 1, 1200),
             hide_after_reports=_integer(raw, "square.hide_after_reports", 1, 1000),
+            square_read_budget=_number(raw, "square.read_budget", 0.01, 5.0),
         ),
         limits=_policies(raw),
         access_log=_on_off(raw, "access_log"),

@@ -81,6 +81,8 @@ def test_every_contract_variable_is_understood() -> None:
     ("environ", "named"),
     [
         ({"STUDIO_PORT": "eighty"}, "STUDIO_PORT"),
+        ({"STUDIO_SQUARE_READ_BUDGET": "0"}, "STUDIO_SQUARE_READ_BUDGET"),
+        ({"STUDIO_SQUARE_READ_BUDGET": "soon"}, "STUDIO_SQUARE_READ_BUDGET"),
         ({"STUDIO_PORT": "70000"}, "STUDIO_PORT"),
         ({"STUDIO_BASE_URL": "ftp://x"}, "STUDIO_BASE_URL"),
         ({"STUDIO_BASE_URL": "https://x.com/app"}, "STUDIO_BASE_URL"),

@@ -184,8 +184,9 @@ def _settle(future: asyncio.Future[int], done: asyncio.Future[int]) -> None:
 class SquareStore:
     """Publish, remove, rank, list and read works of the square."""
 
-    def __init__(self, redis: Redis) -> None:
+    def __init__(self, redis: Redis, read_budget: float = READ_BUDGET_SECONDS) -> None:
         self._redis = redis
+        self._read_budget = read_budget
         self._script = redis.register_script(_SCRIPT)
         self._cache = _ReadCache()
         self._probe = _VersionProbe(redis)
@@ -211,7 +212,7 @@ class SquareStore:
         at all, Redis gets the longer cold budget instead of a quick 503.
         """
         stale, fallback = self._cache.get(key, STALE_SECONDS, None)
-        budget = READ_BUDGET_SECONDS if stale else COLD_BUDGET_SECONDS
+        budget = self._read_budget if stale else COLD_BUDGET_SECONDS
         asking = not degraded or not stale  # with nothing to serve, ask anyway
         if version is None and asking and time.monotonic() >= self._down_until:
             try:

@@ -64,7 +64,7 @@ async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
     app[GENERATIONS] = GenerationStore(client, settings.redis_wait_replicas)
     app[JOBS] = JobQueue(client)
     app[SESSIONS] = SessionStore(client)
-    square = app[SQUARE] = SquareStore(client)
+    square = app[SQUARE] = SquareStore(client, settings.workbench.square_read_budget)
     app[WORKS] = WorkStore(client, square)
     await warm(client)
     yield
