@@ -5,9 +5,13 @@ from __future__ import annotations
 import gzip
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from aiohttp import hdrs, web
+from aiohttp import hdrs, web, web_response
+from aiohttp.abc import AbstractStreamWriter
+from aiohttp.helpers import rfc822_formatted_time
+from aiohttp.http import HttpVersion11
+from aiohttp.http_writer import StreamWriter
 
 from .headers import SecurityHeaders
 from .negotiation import accepts_gzip
@@ -27,6 +31,74 @@ class Variant:
     body: bytes
     headers: Mapping[str, str]
     not_modified: Mapping[str, str]
+    # The 200's serialized head for the current Date: (date, bytes).
+    _head: list[tuple[str, bytes]] = field(
+        default_factory=lambda: [("", b"")], compare=False, repr=False
+    )
+
+    def head(self) -> bytes:
+        """Return the 200's status line and headers, serialized once a second.
+
+        The same bytes aiohttp writes for this body on a kept-alive HTTP/1.1 GET:
+        our headers in order, then Content-Length, Date and Server, as its
+        Response._start and _prepare_headers add them.
+        """
+        date = rfc822_formatted_time()
+        cached = self._head[0]
+        if cached[0] == date:
+            return cached[1]
+        lines = [f"{name}: {value}" for name, value in self.headers.items()]
+        lines += [
+            f"Content-Length: {len(self.body)}",
+            f"Date: {date}",
+            f"Server: {vars(web_response)['SERVER_SOFTWARE']}",
+        ]
+        if any("\r" in line or "\n" in line for line in lines):
+            raise ValueError("a prepared header holds a line break")
+        data = ("\r\n".join(["HTTP/1.1 200 OK", *lines]) + "\r\n\r\n").encode()
+        self._head[0] = (date, data)
+        return data
+
+
+class PreparedResponse(web.Response):
+    """Send a variant's 200 with a head serialized once a second, not per request.
+
+    aiohttp builds, checks and serializes every response's headers for each
+    request; a prepared representation's never change but for Date. On the
+    common path (a kept-alive HTTP/1.1 GET, no response-prepare signals) the
+    writer gets the cached head; anything else takes aiohttp's own path.
+    tests/test_representation.py holds the two paths to the same bytes.
+    """
+
+    __slots__ = ("_variant",)
+
+    def __init__(self, variant: Variant) -> None:
+        super().__init__(body=variant.body, headers=variant.headers)
+        self._variant = variant
+
+    async def _start(self, request: web.BaseRequest) -> AbstractStreamWriter:
+        writer = request._payload_writer
+        if (
+            not isinstance(request, web.Request)
+            or request.method != hdrs.METH_GET
+            or request.version != HttpVersion11
+            or not request.keep_alive
+            or self._keep_alive is not None
+            or self._cookies
+            or self._compression
+            or self._chunked
+            or not isinstance(writer, StreamWriter)
+            or writer._on_headers_sent is not None
+            or any(app.on_response_prepare for app in request.match_info.apps)
+        ):
+            return await super()._start(request)
+        self._req = request
+        self._payload_writer = writer
+        self._keep_alive = True
+        writer.length = len(self._variant.body)
+        writer._headers_buf = self._variant.head()
+        writer._headers_written = False
+        return writer
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,4 +184,4 @@ def respond(request: web.Request, rep: Representation) -> web.Response:
         and _matches(inm, rep.etags)
     ):
         return web.Response(status=304, headers=variant.not_modified)
-    return web.Response(body=variant.body, headers=variant.headers)
+    return PreparedResponse(variant)

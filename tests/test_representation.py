@@ -1,0 +1,102 @@
+"""A prepared response sends, byte for byte, what aiohttp's own path would."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web, web_response
+from aiohttp.test_utils import TestServer
+
+from service.web.headers import SecurityHeaders
+from service.web.representation import PreparedResponse, Variant, prepare
+
+_DATE = re.compile(rb"\r\nDate: [^\r]*\r\n")
+
+
+def _variant() -> Variant:
+    security = SecurityHeaders(https=False, csp="default-src 'self'")
+    body = "<!doctype html><p>流光 " + "x" * 600
+    rep = prepare(body.encode(), "text/html; charset=utf-8", security=security)
+    return rep.identity
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[TestServer]:
+    variant = _variant()
+
+    async def fast(request: web.Request) -> web.StreamResponse:
+        return PreparedResponse(variant)
+
+    async def plain(request: web.Request) -> web.StreamResponse:
+        return web.Response(body=variant.body, headers=variant.headers)
+
+    app = web.Application()
+    app.router.add_get("/fast", fast)
+    app.router.add_get("/plain", plain)
+    test_server = TestServer(app)
+    await test_server.start_server()
+    yield test_server
+    await test_server.close()
+
+
+async def _exchange(server: TestServer, request: bytes) -> bytes:
+    """Send one raw request and read its whole answer."""
+    reader, writer = await asyncio.open_connection(server.host, server.port)
+    try:
+        writer.write(request)
+        await writer.drain()
+        head = await reader.readuntil(b"\r\n\r\n")
+        match = re.search(rb"Content-Length: (\d+)", head)
+        length = int(match.group(1)) if match else 0
+        body = await reader.readexactly(length) if b"HEAD " not in request else b""
+        return head + body
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+async def _both(server: TestServer, template: bytes) -> tuple[bytes, bytes]:
+    """Fetch /fast and /plain alike, with their Date lines made equal."""
+    fast = await _exchange(server, template.replace(b"PATH", b"/fast"))
+    plain = await _exchange(server, template.replace(b"PATH", b"/plain"))
+    return _DATE.sub(b"\r\nDate: -\r\n", fast), _DATE.sub(b"\r\nDate: -\r\n", plain)
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        b"GET PATH HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"HEAD PATH HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET PATH HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"GET PATH HTTP/1.0\r\nHost: x\r\n\r\n",
+        b"GET PATH HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n\r\n",
+    ],
+    ids=["get", "head", "close", "http10", "http10-keep-alive"],
+)
+async def test_a_prepared_response_sends_the_bytes_aiohttp_would(
+    server: TestServer, template: bytes
+) -> None:
+    fast, plain = await _both(server, template)
+    assert fast == plain
+    assert b"Content-Length: " in fast or b"HEAD" in template
+
+
+async def test_the_cached_head_is_rebuilt_when_its_second_has_passed() -> None:
+    variant = _variant()
+    first = variant.head()
+    assert variant.head() is first  # the same second: the same bytes object
+    variant._head[0] = ("Thu, 01 Jan 1970 00:00:00 GMT", b"stale")
+    fresh = variant.head()
+    assert fresh.startswith(b"HTTP/1.1 200 OK\r\n")
+    server_name = vars(web_response)["SERVER_SOFTWARE"]
+    assert f"Server: {server_name}\r\n".encode() in fresh
+    assert b"Thu, 01 Jan 1970" not in fresh
+
+
+async def test_a_header_with_a_line_break_is_refused_when_the_head_is_built() -> None:
+    variant = Variant(body=b"x", headers={"X-Bad": "a\r\nb"}, not_modified={})
+    with pytest.raises(ValueError, match="line break"):
+        variant.head()
