@@ -1,0 +1,1 @@
+"""Buying credits: payment providers, orders, webhooks and the reconciler."""

@@ -1,0 +1,1 @@
+"""The payment providers' adapters behind one small protocol."""
