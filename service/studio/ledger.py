@@ -29,9 +29,9 @@ def events_channel(account_id: str) -> str:
     return f"studio:events:{account_id}"
 
 
-def script(redis: Redis, name: str) -> AsyncScript:
+def script(redis: Redis, name: str, directory: Path = _LUA) -> AsyncScript:
     """Register an account script: the shared prelude, then its own body."""
-    return redis.register_script(_PRELUDE + (_LUA / f"{name}.lua").read_text())
+    return redis.register_script(_PRELUDE + (directory / f"{name}.lua").read_text())
 
 
 def text(value: bytes | str) -> str:
