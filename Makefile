@@ -19,7 +19,8 @@ $(VENV)/.dev: pyproject.toml | $(BIN)/python
 	@touch $@ $(VENV)/.local
 
 run: $(VENV)/.local
-	STUDIO_DEMO_UPSTREAM=$${STUDIO_DEMO_UPSTREAM:-1} $(BIN)/python -m service dev
+	STUDIO_DEMO_UPSTREAM=$${STUDIO_DEMO_UPSTREAM:-1} \
+	STUDIO_PAYMENTS_FAKE=$${STUDIO_PAYMENTS_FAKE:-1} $(BIN)/python -m service dev
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check service tests bench

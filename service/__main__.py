@@ -21,6 +21,8 @@ from . import operator
 from .app import create_app, freeze_startup_objects
 from .content import load_content
 from .metrics import serve_metrics
+from .payments.context import opened as payments_opened
+from .payments.reconciler import Reconciler
 from .settings import (
     Settings,
     SettingsError,
@@ -96,6 +98,8 @@ def serve(settings: Settings, *, workers: int = 1, reuse_port: bool = False) -> 
     _harden()
     if settings.workbench.demo_upstream:
         _LOGGER.warning("STUDIO_DEMO_UPSTREAM is on: every model runs on the demo")
+    if settings.payments.fake:
+        _LOGGER.warning("STUDIO_PAYMENTS_FAKE is on: a fake provider takes payments")
     app = create_app(settings)
     app.on_startup.append(freeze_startup_objects)
     access_log = _access_log(settings)
@@ -169,7 +173,22 @@ async def _work(settings: Settings) -> None:
                         worker.metrics, settings.metrics_host, settings.metrics_port
                     )
                 )
-            await worker.run(stop)
+            # Every worker also follows orders whose payment notice never came.
+            providers, orders, _ = await exposed.enter_async_context(
+                payments_opened(settings, redis)
+            )
+            reconciler = Reconciler(
+                orders,
+                providers,
+                every=settings.payments.reconcile_seconds,
+                after=settings.payments.reconcile_after,
+            )
+            reconciling = asyncio.create_task(reconciler.run(stop), name="reconciler")
+            try:
+                await worker.run(stop)
+            finally:
+                stop.set()
+                await reconciling
     finally:
         await upstreams.aclose()
         await redis.aclose()
@@ -271,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
             return serve(settings, workers=args.workers, reuse_port=args.reuse_port)
         elif args.command == "worker":
             work(settings)
-        elif args.command in ("works", "credits", "sessions", "keys"):
+        elif args.command in ("works", "credits", "sessions", "keys", "payments"):
             return asyncio.run(operator.run(args, settings))
         else:
             dev(settings)

@@ -29,6 +29,10 @@ from .limits.http import (
     setup_remembered_denials,
 )
 from .metrics import Metrics, metrics_ctx, setup_request_metrics
+from .payments.context import payments_ctx
+from .payments.endpoints import ORDER_LIMITED, setup_order_routes
+from .payments.qrcode import setup_qrcode_routes
+from .payments.webhooks import setup_webhook_routes
 from .settings import PACKAGE, Settings, SettingsError, variable
 from .square.feed import VERSION as SQUARE_VERSION, setup_square_routes
 from .square.page import work_page_handler
@@ -147,7 +151,9 @@ def _api(
     )
     # Per-account write limits are charged inside their handlers, after the
     # session; their headers are reported by the same layer.
-    setup_rate_headers(api, names=set(routes) | ACCOUNT_LIMITED | LIBRARY_LIMITED)
+    setup_rate_headers(
+        api, names=set(routes) | ACCOUNT_LIMITED | LIBRARY_LIMITED | ORDER_LIMITED
+    )
     setup_headers(api, security)
     setup_errors(api)
     setup_cookie_bound(api)
@@ -158,6 +164,8 @@ def _api(
     setup_square_routes(api)
     setup_studio_routes(api)
     setup_library_routes(api)
+    setup_order_routes(api)
+    setup_qrcode_routes(api)
     return api
 
 
@@ -229,6 +237,12 @@ def create_app(
         work_page_handler(env, context, security, not_found),
         name="square_page",
     )
+    # The providers' notices: outside /api (no session, no cross-origin check).
+    setup_webhook_routes(app)
+    if settings.payments.fake:  # its pages and gateways; never in production
+        from .payments.fake import setup_fake_provider
+
+        setup_fake_provider(app)
     app.router.add_route(
         "*", "/{tail:.*}", fallback_handler(error_pages, security), name=FALLBACK
     )
@@ -239,6 +253,7 @@ def create_app(
             limiter_ctx,
             mailer_ctx,
             studio_ctx,
+            payments_ctx,
             embedded_worker_ctx,
             metrics_ctx,
         ]

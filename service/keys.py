@@ -18,6 +18,9 @@ if TYPE_CHECKING:  # the stores import this module; their types are named in quo
     from .auth.mailer import Mailer  # noqa: F401
     from .auth.sessions import Session, SessionStore  # noqa: F401
     from .metrics import Metrics  # noqa: F401
+    from .payments.fake import FakeGateway  # noqa: F401
+    from .payments.orders import OrderStore  # noqa: F401
+    from .payments.providers.base import Provider  # noqa: F401
     from .square.feed import SquareStore  # noqa: F401
     from .studio.events import EventHub  # noqa: F401
     from .studio.generations import GenerationStore  # noqa: F401
@@ -47,6 +50,11 @@ EVENTS: Final = web.AppKey["EventHub"]("events")
 UPSTREAMS: Final = web.AppKey["Upstreams"]("upstreams")
 WORKS: Final = web.AppKey["WorkStore"]("works")
 METRICS: Final = web.AppKey["Metrics"]("metrics")
+ORDERS: Final = web.AppKey["OrderStore"]("orders")
+# The payment channels this process can take orders on, by id ("alipay", ...).
+PROVIDERS: Final = web.AppKey["dict[str, Provider]"]("providers")
+# The fake provider's gateway (only when payments.fake is on; its routes read it).
+FAKE_GATEWAY: Final = web.AppKey["FakeGateway"]("fake_gateway")
 
 SESSION: Final = web.RequestKey["Session"]("session")
 CLIENT: Final = web.RequestKey("client", str)

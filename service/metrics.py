@@ -67,6 +67,13 @@ class Metrics:
             ["movement"],
             registry=registry,
         )
+        self.notices = Counter(
+            "studio_payment_notices",
+            "Payment notices from the providers by outcome, and orders a provider"
+            " could not create (outcome create_failed)",
+            ["provider", "outcome"],
+            registry=registry,
+        )
 
     def exposition(self) -> bytes:
         """Render the registry in the Prometheus text format."""

@@ -12,6 +12,7 @@ from redis.exceptions import RedisError
 from .auth.accounts import AccountStore
 from .auth.identity import Keyring
 from .auth.sessions import SessionStore
+from .payments.operator import add_payments_command, run_payments
 from .settings import Settings, SettingsError
 from .square.feed import SquareStore
 from .store.connect import connect
@@ -23,7 +24,7 @@ REFUSED: Final = 1
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Declare `works`, `credits grant`, `sessions revoke` and `keys refile`."""
+    """Declare `works`, `credits`, `sessions`, `payments` and `keys` commands."""
     works = commands.add_parser(
         "works", help="take a work off the square or restore it"
     )
@@ -40,6 +41,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     revoke.add_parser("revoke", help="sign an account out everywhere").add_argument(
         "email"
     )
+    add_payments_command(commands)
     keys = commands.add_parser("keys", help="after a STUDIO_SECRET_KEY rotation")
     keys.add_subparsers(dest="keys_command", required=True).add_parser(
         "refile", help="file every account's address under the current key"
@@ -64,6 +66,8 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
             return await _revoke(redis, settings, args.email)
         if args.command == "keys":
             return await _refile(redis, settings)
+        if args.command == "payments":
+            return await run_payments(args, settings, redis)
         return await _grant(redis, settings, args.email, args.amount, args.note)
     except RedisError as err:
         print(f"studio: Redis unavailable: {type(err).__name__}", file=sys.stderr)

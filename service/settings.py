@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from email_validator import EmailNotValidError, validate_email
 
 from .limits.limiter import Policy
+from .payments.signing import BadKey, load_private_key, load_public_key
 from .store.connect import CLUSTER_SCHEMES
 
 # config/, content/ and templates/ live inside the package, so a wheel carries them.
@@ -64,6 +65,45 @@ class WorkbenchSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class AlipaySettings:
+    """One Alipay app (CONTRACT §8): complete, or the channel is off."""
+
+    app_id: str
+    private_key: str = field(repr=False)
+    public_key: str = field(repr=False)
+    gateway: str
+    seller_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class WechatPaySettings:
+    """One WeChat Pay APIv3 merchant (CONTRACT §8): complete, or the channel is off."""
+
+    mchid: str
+    appid: str
+    serial: str
+    private_key: str = field(repr=False)
+    apiv3_key: str = field(repr=False)
+    public_key: str = field(repr=False)
+    public_key_id: str
+    base_url: str
+
+
+@dataclass(frozen=True, slots=True)
+class PaymentsSettings:
+    """Buying credits (CONTRACT §8): the channels and how orders are followed."""
+
+    order_minutes: int
+    fake: bool
+    alipay: AlipaySettings | None
+    wechatpay: WechatPaySettings | None
+    # How often a worker asks the providers about orders still `created`, and
+    # how old an order must be before it is asked about (no notice yet).
+    reconcile_seconds: float
+    reconcile_after: float
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     base_url: str
     host: str
@@ -79,6 +119,7 @@ class Settings:
     data_dir: Path
     smtp: SmtpSettings
     workbench: WorkbenchSettings
+    payments: PaymentsSettings
     limits: dict[str, Policy] = field(hash=False)
     access_log: bool = True
     metrics_host: str = "127.0.0.1"
@@ -182,6 +223,7 @@ def _build(raw: Mapping[str, Any]) -> Settings:
             hide_after_reports=_integer(raw, "square.hide_after_reports", 1, 1000),
             square_read_budget=_number(raw, "square.read_budget", 0.01, 5.0),
         ),
+        payments=_payments(raw),
         limits=_policies(raw),
         access_log=_on_off(raw, "access_log"),
         metrics_host=_text(raw, "metrics.host") or "127.0.0.1",
@@ -319,6 +361,94 @@ def _policies(raw: Mapping[str, Any]) -> dict[str, Policy]:
             raise SettingsError(f"{variable('limits.' + name)}_*: {err}") from err
         policies[policy.name] = policy
     return policies
+
+
+_ALIPAY: Final = ("app_id", "private_key", "public_key")
+_WECHATPAY: Final = (
+    "mchid",
+    "appid",
+    "serial",
+    "private_key",
+    "apiv3_key",
+    "public_key",
+    "public_key_id",
+)
+
+
+def _payments(raw: Mapping[str, Any]) -> PaymentsSettings:
+    return PaymentsSettings(
+        order_minutes=_integer(raw, "payments.order_minutes", 1, 1440),
+        fake=_boolean(raw, "payments.fake"),
+        alipay=_alipay(raw),
+        wechatpay=_wechatpay(raw),
+        reconcile_seconds=_number(raw, "payments.reconcile_seconds", 0.1, 86400.0),
+        reconcile_after=_number(raw, "payments.reconcile_after", 0.0, 86400.0),
+    )
+
+
+def _channel(raw: Mapping[str, Any], prefix: str, names: tuple[str, ...]) -> bool:
+    """Tell whether a channel is configured: all of its settings, or none."""
+    given = [name for name in names if _text(raw, f"{prefix}.{name}")]
+    if given and len(given) < len(names):
+        missing = next(name for name in names if name not in given)
+        raise SettingsError(
+            f"{variable(f'{prefix}.{missing}')}: required when"
+            f" {variable(f'{prefix}.{given[0]}')} is set"
+        )
+    return bool(given)
+
+
+def _alipay(raw: Mapping[str, Any]) -> AlipaySettings | None:
+    if not _channel(raw, "payments.alipay", _ALIPAY):
+        return None
+    return AlipaySettings(
+        app_id=_text(raw, "payments.alipay.app_id"),
+        private_key=_pem(raw, "payments.alipay.private_key", private=True),
+        public_key=_pem(raw, "payments.alipay.public_key", private=False),
+        gateway=_https_url(raw, "payments.alipay.gateway"),
+        seller_id=_text(raw, "payments.alipay.seller_id"),
+    )
+
+
+def _wechatpay(raw: Mapping[str, Any]) -> WechatPaySettings | None:
+    if not _channel(raw, "payments.wechatpay", _WECHATPAY):
+        return None
+    apiv3_key = _text(raw, "payments.wechatpay.apiv3_key")
+    if len(apiv3_key.encode()) != 32:
+        raise SettingsError(
+            f"{variable('payments.wechatpay.apiv3_key')}: must be 32 characters"
+        )
+    return WechatPaySettings(
+        mchid=_text(raw, "payments.wechatpay.mchid"),
+        appid=_text(raw, "payments.wechatpay.appid"),
+        serial=_text(raw, "payments.wechatpay.serial"),
+        private_key=_pem(raw, "payments.wechatpay.private_key", private=True),
+        apiv3_key=apiv3_key,
+        public_key=_pem(raw, "payments.wechatpay.public_key", private=False),
+        public_key_id=_text(raw, "payments.wechatpay.public_key_id"),
+        base_url=_https_url(raw, "payments.wechatpay.base_url"),
+    )
+
+
+def _pem(raw: Mapping[str, Any], key: str, *, private: bool) -> str:
+    """Return an RSA key's text once it is proven to load; never echo it.
+
+    Variables cannot always hold line breaks, so a literal `\\n` stands for
+    one; the bare base64 body the providers' consoles show is accepted too.
+    """
+    text = _text(raw, key).replace("\\n", "\n")
+    try:
+        (load_private_key if private else load_public_key)(text)
+    except BadKey as err:
+        raise SettingsError(f"{variable(key)}: {err}") from None
+    return text
+
+
+def _https_url(raw: Mapping[str, Any], key: str) -> str:
+    url = _text(raw, key).rstrip("/")
+    if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
+        raise SettingsError(f"{variable(key)}: must be an http:// or https:// URL")
+    return url
 
 
 def require_production(settings: Settings) -> None:

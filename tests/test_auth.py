@@ -46,7 +46,13 @@ async def test_the_whole_flow_request_read_verify_use_logout(
     assert body["new_account"] is True
     assert body["user"]["email"] == email
     assert body["user"]["credits"] == 100
-    assert set(body["user"]) == {"id", "email", "credits", "created_at"}
+    assert set(body["user"]) == {
+        "id",
+        "email",
+        "credits",
+        "credits_owed",  # CONTRACT §8: what a provider refund took beyond the balance
+        "created_at",
+    }
     cookie = verify.cookies["studio_session"]
     assert cookie["httponly"]
     assert cookie["samesite"] == "Lax"

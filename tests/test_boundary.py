@@ -111,4 +111,8 @@ def test_the_app_has_no_aiohttp_middleware_signal_or_sub_app(
         "/api/works/{wid}/favorite",
         "/api/works/{wid}/report",
         "/api/favorites",
+        "/api/packs",
+        "/api/orders",
+        "/api/orders/{oid}",
+        "/api/orders/{oid}/qrcode",
     }

@@ -509,7 +509,7 @@ async def test_a_person_creates_watches_cancels_publishes_and_a_visitor_favorite
     )
 
     # Credits: the balance, its lots and every entry, refunds included.
-    await page.get_by_role("link", name="Credits").click()
+    await page.get_by_role("link", name="Credits", exact=True).click()
     await expect(page.locator("#credits-balance")).to_have_text("268")
     # The trial lot was spent first (soonest to expire); the operator's bonus is left.
     await expect(page.locator("#lots tr")).to_have_count(1)
@@ -658,7 +658,7 @@ async def test_the_workbench_fits_a_360_px_wide_phone(
     await page.get_by_role("link", name="My works").click()
     await expect(page.locator("#works-grid > li").first).to_be_visible()
     await fits("works")
-    await page.get_by_role("link", name="Credits").click()
+    await page.get_by_role("link", name="Credits", exact=True).click()
     await expect(page.locator("#entries tr").first).to_be_visible()
     await fits("credits")
     await page.context.close()

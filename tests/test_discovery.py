@@ -136,12 +136,13 @@ async def test_openapi_is_valid_31_and_lists_exactly_the_routed_public_paths(
     OpenAPIV31SpecValidator(spec).validate()
     assert spec["openapi"].startswith("3.1")
     # Everything the root app routes, except the internal /api, the media and
-    # work pages (CONTRACT §6, outside the public contract) and the fallback.
+    # work pages (CONTRACT §6, outside the public contract), the payment
+    # providers' notices (§8) and the fallback.
     routed = {
         resource.canonical
         for resource in client.app.router.resources()
         if not resource.canonical.startswith(
-            ("/api/", "/media/", "/square/", "/studio", "/static/")
+            ("/api/", "/media/", "/square/", "/studio", "/static/", "/webhooks/")
         )
         and resource.name != FALLBACK
     }

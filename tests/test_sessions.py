@@ -36,6 +36,7 @@ ANONYMOUS = {
     "square_list",
     "square_item",
     "models",
+    "packs",
 }
 
 

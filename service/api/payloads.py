@@ -34,9 +34,16 @@ async def body_deadline(request: web.Request, seconds: float) -> AsyncIterator[N
 
 
 async def read_json(
-    request: web.Request, *, required: Set[str], optional: Set[str] = frozenset()
+    request: web.Request,
+    *,
+    required: Set[str],
+    optional: Set[str] = frozenset(),
+    name_field: bool = False,
 ) -> dict[str, Any]:
-    """Return the JSON object of the body, or raise 415/413/408/400."""
+    """Return the JSON object of the body, or raise 415/413/408/400.
+
+    With `name_field`, a missing or unknown key is named in the 400's `field`.
+    """
     if request.content_type != "application/json":
         raise ApiError(415, "UNSUPPORTED_MEDIA_TYPE")
     try:
@@ -55,7 +62,10 @@ async def read_json(
         raise ApiError(400, "BAD_REQUEST")
     keys = set(data)
     if not required <= keys or not keys <= (required | optional):
-        raise ApiError(400, "BAD_REQUEST")
+        if not name_field:
+            raise ApiError(400, "BAD_REQUEST")
+        wrong = sorted((keys - required - optional) | (required - keys))
+        raise ApiError(400, "BAD_REQUEST", field=wrong[0])
     return data
 
 

@@ -24,6 +24,8 @@ class Account:
     email: str
     credits: int
     created_at: str
+    # Credits a refund made at a provider took back beyond the balance (CONTRACT §8).
+    credits_owed: int = 0
 
     def public(self) -> dict[str, Any]:
         """Return the fields the API answers with."""
@@ -31,6 +33,7 @@ class Account:
             "id": self.id,
             "email": self.email,
             "credits": self.credits,
+            "credits_owed": self.credits_owed,
             "created_at": self.created_at,
         }
 
@@ -55,6 +58,7 @@ def _account(fields: Mapping[str, str]) -> Account:
         email=fields["email"],
         credits=int(fields["balance"]),
         created_at=fields["created_at"],
+        credits_owed=int(fields.get("owed") or 0),
     )
 
 

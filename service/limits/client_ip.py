@@ -60,6 +60,14 @@ def _forwarded_client(
     return proxy
 
 
+def client_address(request: web.Request, trusted: Sequence[IPNetwork]) -> str:
+    """Return the client's own address (what a payment provider is told), or ''."""
+    peer = parse_ip(request.remote or "")
+    if peer is not None and any(peer in net for net in trusted):
+        peer = _forwarded_client(request, peer, trusted)
+    return str(peer) if peer is not None else ""
+
+
 @lru_cache(maxsize=4096)
 def subject_of(address: IPAddress | None) -> str:
     """Name the rate-limit subject of an address: IPv4 as is, IPv6 by its /64."""

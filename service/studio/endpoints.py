@@ -43,6 +43,7 @@ from ..keys import (
     WORKS,
 )
 from ..limits.http import enforce
+from ..payments.orders import view as order_view
 from .events import CLOSE
 from .generations import (
     MAX_NEGATIVE_PROMPT,
@@ -452,7 +453,11 @@ async def events(request: web.Request) -> web.StreamResponse:
                             break
                         continue
                     name, data = event["event"], event["data"]
-                    await send(name, view(data) if name == "generation" else data)
+                    if name == "generation":
+                        data = view(data)
+                    elif name == "order":
+                        data = order_view(data, time.time())
+                    await send(name, data)
             finally:
                 for pending in (closed, getter):
                     if pending is not None and not pending.done():

@@ -1,5 +1,5 @@
 // The one way this page talks to the server: same-origin fetch of /api, JSON in and out.
-import { t } from './i18n.js';
+import { t, formatNumber } from './i18n.js';
 
 export class ApiError extends Error {
   constructor(status, body) {
@@ -42,9 +42,17 @@ export async function api(method, path, { json, form, headers = {} } = {}) {
 export const get = (path) => api('GET', path);
 export const post = (path, json, headers) => api('POST', path, { json, headers });
 
+let owed = 0;
+/** Remember how many credits are owed, so a 402 PAYMENT_HOLD can say how many. */
+export function knowOwed(n) { owed = Number(n) || 0; }
+
 /** Turn an error code (and its fields) into a sentence. */
 export function describe(error) {
   const code = error?.code || 'NETWORK';
+  if (code === 'PAYMENT_HOLD') {
+    const n = Number(error.body?.credits_owed) || owed;
+    return n ? t('owed', { n: formatNumber(n) }) : t('err_PAYMENT_HOLD');
+  }
   if (code === 'RATE_LIMITED') {
     return t('err_RATE_LIMITED', { s: Math.max(1, Math.ceil(Number(error.body?.retry_after) || 1)) });
   }

@@ -8,10 +8,11 @@ import { Feed } from './feed.js';
 import { openViewer } from './viewer.js';
 import { shown as createShown } from './create.js';
 import { showCredits, hideCredits } from './credits.js';
+import { showBuy, hideBuy } from './buy.js';
 import './jobs.js';
 
-const VIEWS = ['square', 'create', 'works', 'favorites', 'credits'];
-const PRIVATE = new Set(['works', 'favorites', 'credits']);
+const VIEWS = ['square', 'create', 'works', 'favorites', 'credits', 'buy'];
+const PRIVATE = new Set(['works', 'favorites', 'credits', 'buy']);
 const square = { kind: '', sort: 'new' };
 
 function query(params) {
@@ -49,8 +50,11 @@ function route(moveFocus = true) {
     if (link.dataset.view === name) link.setAttribute('aria-current', 'page');
     else link.removeAttribute('aria-current');
   }
+  if (name === 'buy') $('#buy-link').setAttribute('aria-current', 'page');
+  else $('#buy-link').removeAttribute('aria-current');
   for (const [key, feed] of Object.entries(feeds)) if (key !== name) feed.hide();
   if (name !== 'credits') hideCredits();
+  if (name !== 'buy') hideBuy();
   if (PRIVATE.has(name) && !state.user) {
     $(`#${name === 'credits' ? 'credits' : name}-status`).textContent = t('signin_needed');
     if (changed && state.ready) requireSession(() => route(false));
@@ -58,6 +62,8 @@ function route(moveFocus = true) {
     feeds[name].show();
   } else if (name === 'credits') {
     showCredits();
+  } else if (name === 'buy') {
+    showBuy();
   }
   if (changed && moveFocus) {
     if (name === 'create' && createShown()) return;
@@ -73,6 +79,7 @@ function renderUser() {
   $('#signin-button').hidden = signedIn;
   $('#signout-button').hidden = !signedIn;
   $('#balance').hidden = !signedIn;
+  $('#buy-link').hidden = !signedIn;
   renderBalance();
 }
 

@@ -1,7 +1,7 @@
 // The balance, the lots it is made of, and the ledger, a page at a time.
 import { $, h } from './dom.js';
 import { t, formatDate, formatNumber, onLang } from './i18n.js';
-import { get, describe } from './api.js';
+import { get, describe, knowOwed } from './api.js';
 import { setBalance } from './state.js';
 
 const status = $('#credits-status');
@@ -21,6 +21,7 @@ export async function showCredits() {
     data = { ...page, entries: [...page.entries] };
     cursor = page.next_cursor;
     setBalance(page.balance);
+    knowOwed(page.credits_owed);
     status.textContent = '';
     render();
   } catch (error) {

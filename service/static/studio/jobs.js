@@ -98,8 +98,9 @@ function connect() {
   disconnect();
   const stream = new EventSource('/api/events');
   source = stream;
-  stream.addEventListener('open', () => { retry = 0; });
+  stream.addEventListener('open', () => { retry = 0; emit('events-open'); });
   stream.addEventListener('credits', (e) => setBalance(JSON.parse(e.data).balance));
+  stream.addEventListener('order', (e) => emit('order', JSON.parse(e.data)));
   stream.addEventListener('generation', (e) => {
     const g = JSON.parse(e.data);
     const before = jobs.get(g.id)?.g.status;

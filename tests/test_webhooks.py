@@ -1,0 +1,421 @@
+"""Payment notices at POST /webhooks/*: verified, applied once, refused when wrong."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+import pytest
+from pytest_aiohttp import AiohttpClient, AiohttpServer
+from redis.asyncio import Redis
+
+from service.keys import METRICS, ORDERS
+from service.payments.fake import Delivery, FakeGateway, trade_key
+from service.payments.orders import order_key
+from service.store.embedded import MailCatcher
+
+from .chaos import HangingProxy
+from .conftest import SettingsFactory
+from .payments import fake_keys, other_keys
+from .shop import Shop, buy, checkout_page, credits, get_order, open_shop, pay
+from .workbench import sign_in
+
+# Where a notice goes when the test wants to hold it back and deliver it itself.
+NOWHERE = "http://127.0.0.1:9/webhooks"
+
+
+@pytest.fixture
+async def shop(
+    aiohttp_server: AiohttpServer,
+    aiohttp_client: AiohttpClient,
+    make_settings: SettingsFactory,
+    redis: Redis,
+    mail_server: MailCatcher,
+) -> AsyncIterator[Shop]:
+    """The real app with both channels aimed at a fake provider; signed in."""
+    async with open_shop(aiohttp_server, aiohttp_client, make_settings, redis) as shop:
+        await sign_in(shop.client, mail_server)
+        yield shop
+
+
+async def held_payment(shop: Shop, redis: Redis, channel: str) -> tuple[str, Delivery]:
+    """Open an order and pay it at the provider, keeping its notice back."""
+    order = await buy(shop.client, "p98", channel)
+    oid = order["id"]
+    await checkout_page(shop, order)  # the provider now knows the trade
+    await redis.hset(trade_key(oid), "notify_url", NOWHERE)
+    delivery = await shop.gateway.pay(oid)
+    assert delivery is not None
+    assert delivery.status == 0
+    return oid, delivery
+
+
+async def deliver(shop: Shop, delivery: Delivery) -> tuple[int, bytes]:
+    """Send a notice to our webhook, as the provider would."""
+    provider = "alipay" if b"notify_id" in delivery.body else "wechatpay"
+    sent = await shop.gateway.deliver(
+        dataclasses.replace(delivery, url=f"{shop.base_url}/webhooks/{provider}")
+    )
+    return sent.status, sent.answer
+
+
+def acknowledged(channel: str, status: int, answer: bytes) -> bool:
+    """The provider's own success answer: Alipay `success`, WeChat 204."""
+    return (status, answer) == (
+        (200, b"success") if channel == "alipay" else (204, b"")
+    )
+
+
+async def stored_status(redis: Redis, oid: str) -> str:
+    """An order's status as stored (reading it over HTTP would ask the provider)."""
+    status = await redis.hget(order_key(oid), "status")
+    return status.decode() if isinstance(status, bytes) else str(status or "")
+
+
+async def balance(shop: Shop) -> int:
+    return int((await credits(shop.client))["balance"])
+
+
+async def purchases(shop: Shop) -> list[dict[str, Any]]:
+    entries = (await credits(shop.client))["entries"]
+    return [e for e in entries if e["kind"] == "purchase"]
+
+
+@pytest.mark.parametrize("channel", ["alipay", "wechatpay"])
+async def test_a_notice_resent_eight_times_credits_once(
+    shop: Shop, redis: Redis, channel: str
+) -> None:
+    """The provider's resends all get its success answer; one purchase."""
+    oid, delivery = await held_payment(shop, redis, channel)
+    for _ in range(8):
+        status, answer = await deliver(shop, delivery)
+        assert acknowledged(channel, status, answer), (status, answer)
+    assert await balance(shop) == 100 + 1060
+    assert [e["order_id"] for e in await purchases(shop)] == [oid]
+    notices = await shop.client.app[ORDERS].notices()
+    assert [n["outcome"] for n in notices if n["order_id"] == oid] == ["ok"]
+
+
+@pytest.mark.parametrize("channel", ["alipay", "wechatpay"])
+async def test_concurrent_distinct_notices_of_one_payment_credit_once(
+    shop: Shop, redis: Redis, channel: str
+) -> None:
+    """Eight different notices (own event ids) for one payment, all at once."""
+    oid, _ = await held_payment(shop, redis, channel)
+    trade = await shop.gateway.trade(oid)
+    assert trade is not None
+    if channel == "alipay":
+        notices = [shop.gateway.alipay_notice(oid, trade) for _ in range(8)]
+    else:
+        notices = [shop.gateway.wechat_paid_notice(oid, trade) for _ in range(8)]
+    answers = await asyncio.gather(*(deliver(shop, n) for n in notices))
+    assert all(acknowledged(channel, s, a) for s, a in answers), answers
+    assert await balance(shop) == 100 + 1060
+    assert len(await purchases(shop)) == 1
+
+
+@pytest.mark.parametrize("channel", ["alipay", "wechatpay"])
+async def test_a_refund_notice_before_the_payment_notice_credits_then_refunds(
+    shop: Shop, redis: Redis, channel: str
+) -> None:
+    """Out of order: the refund proves the payment; the late payment adds nothing."""
+    oid, paid = await held_payment(shop, redis, channel)
+    refunded = await shop.gateway.refund_from_console(oid, 1000)  # 10 yuan back
+    assert refunded.status == 0  # held back too
+    status, answer = await deliver(shop, refunded)
+    assert acknowledged(channel, status, answer), (status, answer)
+    order = await get_order(shop.client, oid)
+    assert (order["status"], order["refunded_yuan"]) == ("refunded", "10.00")
+    assert await balance(shop) == 100 + 1060 - 100
+    status, answer = await deliver(shop, paid)
+    assert acknowledged(channel, status, answer)
+    assert await balance(shop) == 100 + 1060 - 100
+    assert len(await purchases(shop)) == 1
+    kinds = [e["kind"] for e in (await credits(shop.client))["entries"]]
+    assert kinds.count("purchase_refund") == 1
+
+
+async def test_wechat_refunds_add_up_by_refund_id_and_repeats_change_nothing(
+    shop: Shop, redis: Redis
+) -> None:
+    """WeChat tells each refund alone: two refunds add up; a resend counts once."""
+    oid, paid = await held_payment(shop, redis, "wechatpay")
+    assert acknowledged("wechatpay", *await deliver(shop, paid))
+    first = await shop.gateway.refund_from_console(oid, 1000)
+    second = await shop.gateway.refund_from_console(oid, 2500)
+    for notice in (second, first, second, first):
+        assert acknowledged("wechatpay", *await deliver(shop, notice))
+    order = await get_order(shop.client, oid)
+    assert order["refunded_yuan"] == "25.00"
+    assert await balance(shop) == 100 + 1060 - 250
+
+
+def _alipay_form(delivery: Delivery) -> dict[str, str]:
+    return dict(parse_qsl(delivery.body.decode()))
+
+
+@pytest.mark.parametrize("channel", ["alipay", "wechatpay"])
+async def test_a_tampered_body_is_refused_and_nothing_is_credited(
+    shop: Shop, redis: Redis, channel: str
+) -> None:
+    """One changed byte of a signed notice: 400 BAD_SIGNATURE, audited unverified."""
+    oid, delivery = await held_payment(shop, redis, channel)
+    if channel == "alipay":
+        form = _alipay_form(delivery)
+        form["total_amount"] = "0.01"
+        body = urlencode(form).encode()
+    else:
+        event = json.loads(delivery.body)
+        event["event_type"] = "TRANSACTION.SUCCESS "
+        body = json.dumps(event, ensure_ascii=False).encode()
+    status, answer = await deliver(shop, dataclasses.replace(delivery, body=body))
+    assert (status, json.loads(answer)) == (400, {"error": "BAD_SIGNATURE"})
+    assert await balance(shop) == 100
+    assert await stored_status(redis, oid) == "created"  # no provider asked
+    audit = (await shop.client.app[ORDERS].notices())[0]
+    assert (audit["verified"], audit["outcome"]) == ("0", "BAD_SIGNATURE")
+    # The genuine notice still credits: the refusal was not remembered.
+    assert acknowledged(channel, *await deliver(shop, delivery))
+    assert await balance(shop) == 100 + 1060
+
+
+@pytest.mark.parametrize("channel", ["alipay", "wechatpay"])
+async def test_a_notice_signed_with_another_key_is_refused(
+    shop: Shop, redis: Redis, channel: str
+) -> None:
+    """Someone else's key, our ids: 400 BAD_SIGNATURE, nothing credited."""
+    oid, _ = await held_payment(shop, redis, channel)
+    forger = FakeGateway(other_keys(), redis, shop.browser)
+    trade = await shop.gateway.trade(oid)
+    assert trade is not None
+    if channel == "alipay":
+        forged = forger.alipay_notice(oid, trade)
+    else:
+        forged = forger.wechat_paid_notice(oid, trade)
+    status, answer = await deliver(shop, forged)
+    assert (status, json.loads(answer)) == (400, {"error": "BAD_SIGNATURE"})
+    assert await balance(shop) == 100
+
+
+@pytest.mark.parametrize("channel", ["alipay", "wechatpay"])
+async def test_a_notice_for_another_amount_is_refused_and_changes_nothing(
+    shop: Shop, redis: Redis, channel: str
+) -> None:
+    """Correctly signed, but 30 yuan for a 98-yuan order: 400 MISMATCH."""
+    oid, _ = await held_payment(shop, redis, channel)
+    trade = await shop.gateway.trade(oid)
+    assert trade is not None
+    cheap = {**trade, "total": "3000"}
+    if channel == "alipay":
+        notice = shop.gateway.alipay_notice(oid, cheap)
+    else:
+        notice = shop.gateway.wechat_paid_notice(oid, cheap)
+    status, answer = await deliver(shop, notice)
+    assert (status, json.loads(answer)) == (400, {"error": "MISMATCH"})
+    assert await balance(shop) == 100
+    assert await stored_status(redis, oid) == "created"  # no provider asked
+    audit = (await shop.client.app[ORDERS].notices())[0]
+    assert (audit["order_id"], audit["verified"], audit["outcome"]) == (
+        oid,
+        "1",
+        "MISMATCH",
+    )
+
+
+@pytest.mark.parametrize("channel", ["alipay", "wechatpay"])
+async def test_a_notice_for_another_merchant_is_refused(
+    shop: Shop, redis: Redis, channel: str
+) -> None:
+    """Signed with the provider's key but naming another seller or mchid: 400."""
+    oid, _ = await held_payment(shop, redis, channel)
+    keys = fake_keys()
+    other = dataclasses.replace(
+        keys,
+        seller_id="2088999999999999",
+        mchid="1999999999",
+        appid="wx9999999999999999",
+    )
+    elsewhere = FakeGateway(other, redis, shop.browser)
+    trade = await shop.gateway.trade(oid)
+    assert trade is not None
+    if channel == "alipay":
+        notice = elsewhere.alipay_notice(oid, trade)
+    else:
+        notice = elsewhere.wechat_paid_notice(oid, trade)
+    status, answer = await deliver(shop, notice)
+    assert (status, json.loads(answer)) == (400, {"error": "MISMATCH"})
+    assert await balance(shop) == 100
+
+
+async def test_a_stale_wechat_notice_is_refused(shop: Shop, redis: Redis) -> None:
+    """A signature more than five minutes old: 400 STALE, nothing credited."""
+    oid, _ = await held_payment(shop, redis, "wechatpay")
+    trade = await shop.gateway.trade(oid)
+    assert trade is not None
+    fresh = shop.gateway.wechat_paid_notice(oid, trade)
+    stale = shop.gateway.wechat_notice(
+        NOWHERE,
+        "TRANSACTION.SUCCESS",
+        "transaction",
+        _paid_resource(shop.gateway, oid, trade),
+        now=time.time() - 301,
+    )
+    status, answer = await deliver(shop, stale)
+    assert (status, json.loads(answer)) == (400, {"error": "STALE"})
+    assert await balance(shop) == 100
+    assert acknowledged("wechatpay", *await deliver(shop, fresh))
+
+
+def _paid_resource(
+    gateway: FakeGateway, oid: str, trade: dict[str, str]
+) -> dict[str, Any]:
+    """The decrypted resource of a TRANSACTION.SUCCESS notice."""
+    total = int(trade["total"])
+    return {
+        "mchid": gateway.keys.mchid,
+        "appid": gateway.keys.appid,
+        "out_trade_no": oid,
+        "transaction_id": trade["trade_no"],
+        "trade_type": "NATIVE",
+        "trade_state": "SUCCESS",
+        "success_time": "2026-01-01T00:00:00+08:00",
+        "amount": {"total": total, "payer_total": total, "currency": "CNY"},
+    }
+
+
+async def test_an_unknown_order_is_refused(shop: Shop, redis: Redis) -> None:
+    """A genuine notice for an order we never made: 400 UNKNOWN_ORDER."""
+    me = await (await shop.client.get("/api/me")).json()
+    ghost = me["id"] + "ffffffff"
+    await shop.gateway.record(ghost, "alipay", 9800, "x", NOWHERE)
+    notice = await shop.gateway.pay(ghost)
+    assert notice is not None
+    status, answer = await deliver(shop, notice)
+    assert (status, json.loads(answer)) == (400, {"error": "UNKNOWN_ORDER"})
+    assert await balance(shop) == 100
+
+
+async def test_an_expired_order_paid_late_is_still_credited(
+    shop: Shop, redis: Redis
+) -> None:
+    """The buyer paid after the 15 minutes: the money came, so do the credits."""
+    oid, delivery = await held_payment(shop, redis, "alipay")
+    past = int(time.time()) - 60
+    await redis.hset(order_key(oid), "expires", past)
+    assert await shop.client.app[ORDERS].expire(oid, time.time())
+    assert (await get_order(shop.client, oid))["status"] == "expired"
+    assert acknowledged("alipay", *await deliver(shop, delivery))
+    assert (await get_order(shop.client, oid))["status"] == "paid"
+    assert await balance(shop) == 100 + 1060
+
+
+async def test_webhooks_sit_outside_the_api_and_refuse_big_bodies(
+    shop: Shop,
+) -> None:
+    """No session or cross-origin check; over 64 KiB: 413; not in /openapi.json."""
+    shop.client.session.cookie_jar.clear()
+    response = await shop.client.post(
+        "/webhooks/alipay",
+        data=b"a=1",
+        headers={
+            "Content-Type": "application/x-www-form-urlencoded",
+            "Sec-Fetch-Site": "cross-site",
+        },
+    )
+    assert (response.status, await response.json()) == (
+        400,
+        {"error": "BAD_SIGNATURE"},
+    )
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+    big = await shop.client.post(
+        "/webhooks/wechatpay",
+        data=b"{" + b" " * (64 * 1024) + b"}",
+        headers={"Content-Type": "application/json"},
+    )
+    assert (big.status, await big.json()) == (413, {"error": "PAYLOAD_TOO_LARGE"})
+    # Just under the limit is read (and then refused for its signature).
+    near = await shop.client.post(
+        "/webhooks/wechatpay",
+        data=b"{" + b" " * (60 * 1024) + b"}",
+        headers={"Content-Type": "application/json"},
+    )
+    assert near.status == 400
+    spec = await (await shop.client.get("/openapi.json")).json()
+    assert not [path for path in spec["paths"] if "webhook" in path]
+    assert (await shop.client.get("/webhooks/alipay")).status == 405
+    exposition = shop.client.app[METRICS].exposition().decode()
+    assert 'studio_payment_notices_total{outcome="payload_too_large"' in exposition
+
+
+async def test_with_redis_down_a_notice_gets_503_and_its_resend_credits(
+    aiohttp_server: AiohttpServer,
+    aiohttp_client: AiohttpClient,
+    make_settings: SettingsFactory,
+    redis: Redis,
+    mail_server: MailCatcher,
+    redis_server: Any,
+) -> None:
+    """The provider resends what was not acknowledged: nothing is lost."""
+    proxy = HangingProxy(redis_server.port)
+    await proxy.start()
+    try:
+        async with open_shop(
+            aiohttp_server,
+            aiohttp_client,
+            make_settings,
+            redis,
+            STUDIO_REDIS_URL=proxy.url,
+        ) as shop:
+            await sign_in(shop.client, mail_server)
+            oid, delivery = await held_payment(shop, redis, "wechatpay")
+            await proxy.stop()  # Redis unreachable from the app
+            status, answer = await deliver(shop, delivery)
+            assert (status, json.loads(answer)) == (503, {"error": "UNAVAILABLE"})
+            await proxy.start()
+            assert (await redis.hget(order_key(oid), "status")) == b"created"
+            status, answer = await deliver(shop, delivery)  # the resend
+            assert acknowledged("wechatpay", status, answer), (status, answer)
+            assert await balance(shop) == 100 + 1060
+    finally:
+        await proxy.stop()
+
+
+async def test_the_event_stream_sends_the_order_when_it_is_paid(
+    shop: Shop, redis: Redis
+) -> None:
+    """SSE `order` events carry the order's view; the paid one ends the wait."""
+    events: list[tuple[str, Any]] = []
+    opened = asyncio.Event()
+
+    async def listen() -> None:
+        async with shop.client.get("/api/events") as response:
+            assert response.status == 200
+            name = ""
+            async for raw in response.content:
+                line = raw.decode().rstrip("\r\n")
+                if line.startswith("event: "):
+                    name = line[7:]
+                elif line.startswith("data: "):
+                    events.append((name, json.loads(line[6:])))
+                    opened.set()
+                    data = events[-1][1]
+                    if name == "order" and data["status"] == "paid":
+                        return
+
+    listener = asyncio.create_task(listen())
+    await asyncio.wait_for(opened.wait(), 10)
+    order = await buy(shop.client, "p30", "wechatpay", "mobile")
+    await pay(shop, order)
+    await asyncio.wait_for(listener, 10)
+    shown = [data for name, data in events if name == "order"]
+    assert shown[-1] == await get_order(shop.client, order["id"])
+    assert set(shown[-1]) == {
+        "id", "pack", "yuan", "credits", "bonus", "channel", "status",
+        "refunded_yuan", "created_at", "paid_at", "expires_at",
+    }  # fmt: skip
+    assert ("credits", {"balance": 400}) in events
