@@ -101,6 +101,9 @@ class PaymentsSettings:
     # how old an order must be before it is asked about (no notice yet).
     reconcile_seconds: float
     reconcile_after: float
+    # Where this process reaches the fake provider's gateway to query and refund
+    # ("" = base_url); a worker in another container names the app here.
+    fake_gateway_url: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,6 +386,7 @@ def _payments(raw: Mapping[str, Any]) -> PaymentsSettings:
         wechatpay=_wechatpay(raw),
         reconcile_seconds=_number(raw, "payments.reconcile_seconds", 0.1, 86400.0),
         reconcile_after=_number(raw, "payments.reconcile_after", 0.0, 86400.0),
+        fake_gateway_url=_public_url(raw, "payments.fake_gateway_url"),
     )
 
 

@@ -54,7 +54,11 @@ def test_compose_runs_app_valkey_with_aof_and_mailpit() -> None:
     assert services["app"]["deploy"]["replicas"] == 2
     assert set(services) == {"proxy", "app", "worker", "redis", "mailpit"}
     assert services["worker"]["command"] == ["python", "-m", "service", "worker"]
-    assert services["worker"]["environment"] == services["app"]["environment"]
+    # The worker shares the app's settings, and reaches the fake provider via the proxy.
+    assert services["worker"]["environment"] == {
+        **services["app"]["environment"],
+        "STUDIO_PAYMENTS_FAKE_GATEWAY_URL": "http://proxy:8080",
+    }
     assert services["worker"]["volumes"] == services["app"]["volumes"]
     assert "--appendonly" in services["redis"]["command"]
     assert (

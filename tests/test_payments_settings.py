@@ -14,6 +14,8 @@ from redis.asyncio import Redis
 
 from service.app import create_app
 from service.payments import signing
+from service.payments.context import opened
+from service.payments.providers.alipay import AlipayProvider
 from service.settings import ROOT, SettingsError, load_settings
 from service.store.embedded import MailCatcher, RedisServer, free_port
 
@@ -147,3 +149,21 @@ async def test_with_the_fake_on_a_whole_purchase_runs_inside_the_service(
     paid = await client.post(f"{page}/pay", allow_redirects=False)
     assert paid.status == 303
     assert (await credits(client))["balance"] == 100 + 1060
+
+
+async def test_a_worker_reaches_the_fake_gateway_where_it_is_told(
+    redis: Redis, make_settings: SettingsFactory
+) -> None:
+    """Queries go to payments.fake_gateway_url; browsers still see base_url."""
+    settings = make_settings(
+        STUDIO_PAYMENTS_FAKE="1",
+        STUDIO_PAYMENTS_FAKE_GATEWAY_URL="http://proxy:8080/",
+    )
+    async with opened(settings, redis) as (providers, _, gateway):
+        alipay = providers["alipay"]
+        assert isinstance(alipay, AlipayProvider)
+        assert alipay.config.gateway == "http://proxy:8080/fake-pay/alipay/gateway.do"
+        assert gateway is not None
+        assert gateway.public_url == settings.base_url
+    with pytest.raises(SettingsError, match="STUDIO_PAYMENTS_FAKE_GATEWAY_URL"):
+        load_settings({"STUDIO_PAYMENTS_FAKE_GATEWAY_URL": "proxy:8080"})

@@ -80,12 +80,14 @@ async def fake_providers(
     from .fake import FakeGateway, FakeKeys  # only ever loaded when the fake is on
 
     keys = await FakeKeys.shared(redis)
-    base = settings.base_url
+    # Browsers follow Alipay's checkout URL, so an app process names the public
+    # origin; a worker only queries and refunds, from wherever it runs.
+    base = settings.payments.fake_gateway_url or settings.base_url
     providers: dict[str, Provider] = {
         "alipay": AlipayProvider(keys.alipay_config(base), session),
         "wechatpay": WechatPayProvider(keys.wechatpay_config(base), session),
     }
-    return providers, FakeGateway(keys, redis, session)
+    return providers, FakeGateway(keys, redis, session, public_url=settings.base_url)
 
 
 @contextlib.asynccontextmanager
