@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 
 from service.content import load_content
 from service.payments.orders import (
+    NOTICES,
     OPEN,
     AmountMismatch,
     IdempotencyKeyReused,
@@ -395,6 +396,21 @@ async def test_notices_are_audited_and_only_handled_ones_remembered(
     ]  # fmt: skip
     assert seen[0]["order_id"] == oid
     assert seen[0]["at"].endswith("Z")
+
+
+async def test_a_flood_of_forged_notices_keeps_the_audit_bounded(
+    store: OrderStore, redis: Redis
+) -> None:
+    """Forged notices are audited, but never more than max_notices of them."""
+    store.max_notices = 20
+    for n in range(60):
+        await store.record_notice(
+            "alipay", f"f{n}", "", verified=False, outcome="BAD_SIGNATURE"
+        )
+    seen = await store.notices(100)
+    assert len(seen) == 20
+    assert seen[0]["event_id"] == "f59"
+    assert await redis.xlen(NOTICES) == 20
 
 
 async def test_the_providers_action_is_kept_with_the_order(

@@ -157,6 +157,9 @@ def _recorded(fields: Mapping[str, str]) -> Refund:
 class OrderStore:
     """Create, pay, expire and refund orders; keep the open set and notice audit."""
 
+    # The notice audit keeps a week, and at most this many notices.
+    max_notices: int = 100_000
+
     def __init__(
         self,
         redis: Redis,
@@ -380,16 +383,20 @@ class OrderStore:
     ) -> None:
         """Audit a notice; remember it as handled when verified with outcome "ok"."""
         now = time.time()
-        await self._redis.xadd(
-            NOTICES,
-            {
-                "provider": provider, "event_id": event_id, "order_id": order_id,
-                "verified": "1" if verified else "0", "outcome": outcome,
-                "at": iso(dt.datetime.fromtimestamp(int(now), dt.UTC)),
-            },
-            minid=int((now - _WEEK) * 1000),
-            approximate=True,
-        )  # fmt: skip
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.xadd(
+                NOTICES,
+                {
+                    "provider": provider, "event_id": event_id, "order_id": order_id,
+                    "verified": "1" if verified else "0", "outcome": outcome,
+                    "at": iso(dt.datetime.fromtimestamp(int(now), dt.UTC)),
+                },
+                minid=int((now - _WEEK) * 1000),
+                approximate=True,
+            )  # fmt: skip
+            # Anyone can post forged notices: a week of them must not fill Redis.
+            pipe.xtrim(NOTICES, maxlen=self.max_notices, approximate=False)
+            await pipe.execute()
         if verified and outcome == "ok":
             await self._redis.set(
                 _event_key(provider, event_id), "1", nx=True, ex=_WEEK
