@@ -6,17 +6,21 @@ import asyncio
 import contextlib
 import gc
 from collections.abc import AsyncIterator, Callable, Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
-from pytest_aiohttp import AiohttpClient
+from pytest_aiohttp import AiohttpClient, AiohttpServer
 from redis.asyncio import Redis
 
 from service.app import create_app
 from service.keys import SESSIONS
 from service.settings import Settings, load_settings
 from service.store.embedded import MailCatcher, RedisServer
+
+if TYPE_CHECKING:  # tests/shop.py imports this module
+    from .shop import Shop
 
 TEST_SECRET = "test-secret-key-0123456789abcdef-0123456789"
 
@@ -126,3 +130,20 @@ def latest_code(mail_server: MailCatcher, to: str) -> str:
             assert match, "the code is shown as 1234 5678"
             return match.group(1) + match.group(2)
     raise AssertionError(f"no message to {to}")
+
+
+@pytest.fixture
+async def shop(
+    aiohttp_server: AiohttpServer,
+    aiohttp_client: AiohttpClient,
+    make_settings: SettingsFactory,
+    redis: Redis,
+    mail_server: MailCatcher,
+) -> AsyncIterator[Shop]:
+    """The real app with both channels aimed at a fake provider; signed in."""
+    from .shop import open_shop
+    from .workbench import sign_in
+
+    async with open_shop(aiohttp_server, aiohttp_client, make_settings, redis) as shop:
+        await sign_in(shop.client, mail_server)
+        yield shop

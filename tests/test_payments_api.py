@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -19,20 +18,6 @@ from service.store.embedded import MailCatcher
 from .conftest import SettingsFactory, forget_limits
 from .shop import Shop, buy, credits, get_order, open_shop, pay
 from .workbench import sign_in
-
-
-@pytest.fixture
-async def shop(
-    aiohttp_server: AiohttpServer,
-    aiohttp_client: AiohttpClient,
-    make_settings: SettingsFactory,
-    redis: Redis,
-    mail_server: MailCatcher,
-) -> AsyncIterator[Shop]:
-    """The real app with both channels aimed at a fake provider; signed in."""
-    async with open_shop(aiohttp_server, aiohttp_client, make_settings, redis) as shop:
-        await sign_in(shop.client, mail_server)
-        yield shop
 
 
 async def test_packs_list_site_toml_and_the_configured_channels(shop: Shop) -> None:

@@ -6,11 +6,9 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
-from pytest_aiohttp import AiohttpClient, AiohttpServer
 from redis.asyncio import Redis
 
 from service.keys import ORDERS, PROVIDERS
@@ -18,27 +16,13 @@ from service.payments.orders import OPEN, order_key
 from service.payments.providers.base import Provider
 from service.payments.providers.wechatpay import WechatPayProvider
 from service.payments.reconciler import Reconciler
-from service.store.embedded import MailCatcher, RedisServer
+from service.store.embedded import RedisServer
 
-from .conftest import TEST_SECRET, SettingsFactory
+from .conftest import TEST_SECRET
 from .payments import fake_keys
-from .shop import Shop, buy, credits, open_shop
+from .shop import Shop, buy, credits
 from .test_webhooks import held_payment, stored_status
-from .workbench import sign_in, worker_process
-
-
-@pytest.fixture
-async def shop(
-    aiohttp_server: AiohttpServer,
-    aiohttp_client: AiohttpClient,
-    make_settings: SettingsFactory,
-    redis: Redis,
-    mail_server: MailCatcher,
-) -> AsyncIterator[Shop]:
-    """The real app with both channels aimed at a fake provider; signed in."""
-    async with open_shop(aiohttp_server, aiohttp_client, make_settings, redis) as shop:
-        await sign_in(shop.client, mail_server)
-        yield shop
+from .workbench import worker_process
 
 
 async def test_a_worker_process_credits_an_order_whose_notice_never_came(

@@ -6,7 +6,6 @@ import asyncio
 import dataclasses
 import json
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -27,20 +26,6 @@ from .workbench import sign_in
 
 # Where a notice goes when the test wants to hold it back and deliver it itself.
 NOWHERE = "http://127.0.0.1:9/webhooks"
-
-
-@pytest.fixture
-async def shop(
-    aiohttp_server: AiohttpServer,
-    aiohttp_client: AiohttpClient,
-    make_settings: SettingsFactory,
-    redis: Redis,
-    mail_server: MailCatcher,
-) -> AsyncIterator[Shop]:
-    """The real app with both channels aimed at a fake provider; signed in."""
-    async with open_shop(aiohttp_server, aiohttp_client, make_settings, redis) as shop:
-        await sign_in(shop.client, mail_server)
-        yield shop
 
 
 async def held_payment(shop: Shop, redis: Redis, channel: str) -> tuple[str, Delivery]:
