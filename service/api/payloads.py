@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
-from collections.abc import AsyncIterator, Set
+import re
+from collections.abc import AsyncIterator, Mapping, Set
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -77,3 +79,19 @@ def json_response(data: Any, *, status: int = 200) -> web.Response:
         content_type="application/json",
         headers={"Cache-Control": "no-store"},
     )
+
+
+_IDEMPOTENCY_KEY: Final = re.compile(r"[\x21-\x7e]{1,255}")
+
+
+def read_idempotency(request: web.Request, body: Mapping[str, Any]) -> tuple[str, str]:
+    """Read `Idempotency-Key` ("" when absent) and hash the body it must repeat.
+
+    A replay is the same key with the same body: the hash is of the body's
+    canonical JSON, so key order and spacing do not matter.
+    """
+    key = request.headers.get("Idempotency-Key", "")
+    if "Idempotency-Key" in request.headers and not _IDEMPOTENCY_KEY.fullmatch(key):
+        raise ApiError(400, "BAD_REQUEST", field="Idempotency-Key")
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return key, hashlib.sha256(canonical.encode()).hexdigest()

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import json
 import logging
-import re
 import time
 from collections.abc import Mapping
 from typing import Any, Final
@@ -16,13 +14,13 @@ from aiohttp import hdrs, web
 
 from ..api.boundary import ApiBoundary
 from ..api.errors import ApiError
-from ..api.payloads import json_response, read_json
+from ..api.payloads import json_response, read_idempotency, read_json
 from ..auth.sessions import anonymous
 from ..keys import CONTENT, METRICS, ORDERS, PROVIDERS, REDIS, SESSION, SETTINGS
 from ..limits.client_ip import client_address
 from ..limits.http import enforce
 from ..studio.endpoints import bad_field, list_params, read_cursor
-from ..studio.ledger import UnknownAccount, account_key
+from ..studio.ledger import AccountDeleting, UnknownAccount, account_key
 from . import orders
 from .orders import IdempotencyKeyReused, Pack
 from .providers.base import Checkout, Provider, ProviderError
@@ -35,7 +33,6 @@ DEVICES: Final = ("desktop", "mobile")
 # Routes whose handlers charge a per-account write limit (headers on every answer).
 ORDER_LIMITED: Final = frozenset({"orders_create"})
 _ORDER_FIELDS: Final = frozenset({"pack", "channel", "device"})
-_IDEMPOTENCY_KEY: Final = re.compile(r"^[\x21-\x7e]{1,255}$")
 # A reader of a `created` order asks its provider at most this often.
 ASK_EVERY_SECONDS: Final = 5.0
 PROVIDER_RETRY_AFTER: Final = "5"
@@ -72,11 +69,6 @@ async def list_packs(request: web.Request) -> web.StreamResponse:
     )
 
 
-def _body_hash(body: Mapping[str, Any]) -> str:
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
 def _choice(body: Mapping[str, Any], name: str, allowed: Mapping[str, Any]) -> str:
     value = body[name]
     if not isinstance(value, str) or value not in allowed:
@@ -111,11 +103,7 @@ async def create_order(request: web.Request) -> web.StreamResponse:
     await enforce(
         request, f"acct:{account}", [app[SETTINGS].limits["orders"]], fail_open=False
     )
-    idempotency = request.headers.get("Idempotency-Key", "")
-    if "Idempotency-Key" in request.headers and not _IDEMPOTENCY_KEY.fullmatch(
-        idempotency
-    ):
-        raise bad_field("Idempotency-Key")
+    idempotency, body_hash = read_idempotency(request, body)
     packs = _packs(request)
     pack = packs[_choice(body, "pack", packs)]
     channel = _choice(body, "channel", dict.fromkeys(CHANNELS))
@@ -131,12 +119,14 @@ async def create_order(request: web.Request) -> web.StreamResponse:
             channel,
             device,
             idempotency_key=idempotency,
-            body_hash=_body_hash(body),
+            body_hash=body_hash,
         )
     except IdempotencyKeyReused:
         raise ApiError(422, "IDEMPOTENCY_KEY_REUSED") from None
     except UnknownAccount:  # the account was deleted meanwhile
         raise ApiError(401, "NO_SESSION") from None
+    except AccountDeleting:  # a request that raced "delete my account"
+        raise ApiError(409, "ACCOUNT_DELETING") from None
     order = orders.view(fields, time.time())
     if order["status"] == "created":
         order["action"] = await _action(request, provider, fields, pack, replayed)

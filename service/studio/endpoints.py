@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import hashlib
 import json
 import logging
-import re
 import secrets
 import time
 from collections.abc import Mapping
@@ -24,6 +22,7 @@ from ..api.payloads import (
     UPLOAD_READ_SECONDS,
     body_deadline,
     json_response,
+    read_idempotency,
     read_json,
 )
 from ..auth.sessions import anonymous
@@ -62,7 +61,6 @@ MAX_LIMIT: Final = 50
 MAX_UPLOAD_BYTES: Final = 10 * 1024 * 1024
 # Multipart framing around the file: boundaries and part headers.
 _MULTIPART_SLACK: Final = 64 * 1024
-_IDEMPOTENCY_KEY: Final = re.compile(r"^[\x21-\x7e]{1,255}$")
 HEARTBEAT_SECONDS: Final = 15.0
 # Routes whose handlers charge a per-account write limit (headers on every answer).
 ACCOUNT_LIMITED: Final = frozenset({"uploads"})
@@ -155,11 +153,6 @@ async def credits(request: web.Request) -> web.StreamResponse:
     )
 
 
-def _body_hash(body: Mapping[str, Any]) -> str:
-    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
 def _integer(body: Mapping[str, Any], name: str, default: int) -> int:
     value = body.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int):
@@ -223,13 +216,9 @@ async def submit(request: web.Request) -> web.StreamResponse:
     )
     account = _account(request)
     store = app[GENERATIONS]
-    idempotency = request.headers.get("Idempotency-Key", "")
-    body_hash = _body_hash(body)
-    if "Idempotency-Key" in request.headers:
-        if not _IDEMPOTENCY_KEY.fullmatch(idempotency):
-            raise bad_field("Idempotency-Key")
-        if (seen := await store.remembered(account, idempotency)) is not None:
-            return await _replay(request, account, seen, body_hash)
+    idempotency, body_hash = read_idempotency(request, body)
+    if idempotency and (seen := await store.remembered(account, idempotency)):
+        return await _replay(request, account, seen, body_hash)
     model, fields = await _fields(request, body)
     gid = secrets.token_hex(10)
     deadline = time.time() + (
