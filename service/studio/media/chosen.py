@@ -1,0 +1,43 @@
+"""The media store the settings name: the bucket if one is set, else the directory."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Final
+
+from ...settings import SettingsError, WorkbenchSettings, variable
+from .s3 import MediaRefused, MediaUnavailable, S3MediaStore
+from .store import DirectoryStore, MediaStore
+
+_LOGGER: Final = logging.getLogger(__name__)
+# How long start-up waits to hear from the bucket before going on without.
+CHECK_SECONDS: Final = 5.0
+
+
+def media_store(settings: WorkbenchSettings) -> MediaStore:
+    """Build the store app and workers share; no I/O yet."""
+    if settings.media_s3 is None:
+        return DirectoryStore(settings.media_dir, settings.media_public_url)
+    return S3MediaStore(settings.media_s3, settings.media_public_url)
+
+
+async def opened_media_store(settings: WorkbenchSettings) -> MediaStore:
+    """Build the store and prove a bucket takes our credentials, before serving.
+
+    A bucket that refuses them stops the start with a configuration error; one
+    that cannot be reached yet is only logged, as it may come up later.
+    """
+    store = media_store(settings)
+    if isinstance(store, S3MediaStore):
+        try:
+            await asyncio.wait_for(store.check(), CHECK_SECONDS)
+        except MediaRefused:
+            raise SettingsError(
+                f"{variable('media.s3_access_key_id')},"
+                f" {variable('media.s3_secret_access_key')}: the bucket"
+                f" {store.bucket!r} refused them"
+            ) from None
+        except (MediaUnavailable, TimeoutError) as error:
+            _LOGGER.warning("media bucket %s: %s", store.bucket, error or "no answer")
+    return store
