@@ -18,6 +18,9 @@ from typing import Any, Final
 from aiohttp import web
 
 from . import operator
+from .account.deletion import DeletionStore
+from .account.exports import ExportJobs
+from .account.purger import Purger
 from .app import create_app, freeze_startup_objects
 from .content import load_content
 from .metrics import serve_metrics
@@ -32,7 +35,7 @@ from .settings import (
 )
 from .store.connect import connect
 from .store.embedded import MailCatcher, RedisServer
-from .studio.media.store import DirectoryStore
+from .studio.media.chosen import opened_media_store
 from .studio.upstreams.registry import Upstreams
 from .studio.worker import Worker
 from .supervisor import Supervisor
@@ -140,6 +143,7 @@ async def _until_signal() -> None:
 
 
 async def _work(settings: Settings) -> None:
+    media = await opened_media_store(settings.workbench)  # first: it may refuse
     redis = connect(
         settings.redis_url,
         cluster=settings.redis_cluster,
@@ -154,7 +158,7 @@ async def _work(settings: Settings) -> None:
         redis=redis,
         content=content,
         settings=workbench,
-        media=DirectoryStore(workbench.media_dir, workbench.media_public_url),
+        media=media,
         upstream_for=upstreams,
         wait_replicas=settings.redis_wait_replicas,
     )
@@ -184,11 +188,27 @@ async def _work(settings: Settings) -> None:
                 after=settings.payments.reconcile_after,
             )
             reconciling = asyncio.create_task(reconciler.run(stop), name="reconciler")
+            # ... and builds the exports people ask for ("export my data").
+            exports = ExportJobs(
+                redis,
+                media,
+                lease_seconds=workbench.visibility_timeout,
+                privacy_url=f"{settings.base_url}/privacy",
+            )
+            exporting = asyncio.create_task(exports.run(stop), name="exports")
+            # ... and purges the accounts whose grace period is over.
+            purger = Purger(
+                DeletionStore.build(redis, settings, media),
+                every=settings.account.purge_seconds,
+            )
+            purging = asyncio.create_task(purger.run(stop), name="purger")
             try:
                 await worker.run(stop)
             finally:
                 stop.set()
                 await reconciling
+                await exporting
+                await purging
     finally:
         await upstreams.aclose()
         await redis.aclose()
@@ -290,7 +310,9 @@ def main(argv: list[str] | None = None) -> int:
             return serve(settings, workers=args.workers, reuse_port=args.reuse_port)
         elif args.command == "worker":
             work(settings)
-        elif args.command in ("works", "credits", "sessions", "keys", "payments"):
+        elif args.command in (
+            "works", "credits", "sessions", "keys", "payments", "account"
+        ):  # fmt: skip
             return asyncio.run(operator.run(args, settings))
         else:
             dev(settings)

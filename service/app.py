@@ -12,6 +12,8 @@ import jinja2
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from .account.deletion_routes import deletions_ctx, setup_deletion_routes
+from .account.export_routes import EXPORT_LIMITED, exports_ctx, setup_export_routes
 from .api.boundary import ApiBoundary
 from .api.cookies_layer import setup_cookie_bound
 from .api.csrf import setup_csrf
@@ -20,8 +22,9 @@ from .auth.endpoints import setup_auth_routes
 from .auth.mailer import mailer_ctx
 from .auth.session_cache import session_cache_ctx
 from .auth.sessions import setup_sessions
-from .content import Content, load_content
-from .keys import CONTENT, METRICS, SECURITY, SETTINGS
+from .clock import Clock, utc_now
+from .content import Content, Model, load_content
+from .keys import CLOCK, CONTENT, METRICS, PUBLISHED, SECURITY, SETTINGS
 from .limits.http import (
     RouteLimit,
     setup_rate_headers,
@@ -50,6 +53,7 @@ from .web.discovery import render_machine_files
 from .web.documents import HTML_TYPE, document_handler, render_documents
 from .web.headers import SecurityHeaders, content_security_policy, setup_headers
 from .web.openapi import media_for
+from .web.published import Published
 from .web.representation import Representation, prepare, respond
 from .web.routes import PUBLIC_ROUTES, setup_public_routes
 from .web.workbench import setup_workbench_routes
@@ -121,6 +125,8 @@ def _api(
         ),
         "auth_code": RouteLimit((limits["code-ip"],), fail_open=False),
         "auth_verify": RouteLimit((limits["verify-ip"],), fail_open=False),
+        # A deletion spends a code like verify does, from the same bucket.
+        "account_delete": RouteLimit((limits["verify-ip"],), fail_open=False),
     }
     # Order matters, outermost first. Each layer is composed around each route's
     # handler once, at start-up, and leaves out the routes it has no business with.
@@ -152,7 +158,12 @@ def _api(
     # Per-account write limits are charged inside their handlers, after the
     # session; their headers are reported by the same layer.
     setup_rate_headers(
-        api, names=set(routes) | ACCOUNT_LIMITED | LIBRARY_LIMITED | ORDER_LIMITED
+        api,
+        names=set(routes)
+        | ACCOUNT_LIMITED
+        | LIBRARY_LIMITED
+        | ORDER_LIMITED
+        | EXPORT_LIMITED,
     )
     setup_headers(api, security)
     setup_errors(api)
@@ -166,6 +177,8 @@ def _api(
     setup_library_routes(api)
     setup_order_routes(api)
     setup_qrcode_routes(api)
+    setup_deletion_routes(api)
+    setup_export_routes(api)
     return api
 
 
@@ -191,6 +204,7 @@ def create_app(
     *,
     content: Content | None = None,
     embedded_worker: bool = False,
+    clock: Clock = utc_now,
 ) -> web.Application:
     """Render everything public once, then wire the API and its resources."""
     if not settings.redis_url:
@@ -202,6 +216,7 @@ def create_app(
     app[SETTINGS] = settings
     app[CONTENT] = content
     app[EMBEDDED_WORKER] = embedded_worker
+    app[CLOCK] = clock
 
     env = aiohttp_jinja2.setup(
         app,
@@ -217,13 +232,20 @@ def create_app(
     )
     context = _template_context(settings, content, css)
     base_url = settings.base_url
-    documents = render_documents(env, content, context, base_url, security)
-    files = render_machine_files(env, content, context, base_url, security)
-    handlers = {name: document_handler(doc) for name, doc in documents.items()}
-    handlers |= {name: _static_handler(rep) for name, rep in files.items()}
+
+    def render(offered: tuple[Model, ...]) -> dict[str, Handler]:
+        """Render every public document and file for the models on offer."""
+        today = {**context, "models": offered}
+        documents = render_documents(env, content, today, base_url, security)
+        files = render_machine_files(env, content, today, base_url, security)
+        handlers = {name: document_handler(doc) for name, doc in documents.items()}
+        return handlers | {name: _static_handler(rep) for name, rep in files.items()}
+
+    # Rendered again, without a restart, at the midnight a model retires.
+    published = app[PUBLISHED] = Published(content, render, clock)
 
     app[SECURITY] = security
-    setup_public_routes(app, handlers)
+    setup_public_routes(app, published.handlers())
     setup_media_routes(app)
     setup_workbench_routes(app, env, context, security)
     metrics = app[METRICS] = Metrics()
@@ -253,9 +275,12 @@ def create_app(
             limiter_ctx,
             mailer_ctx,
             studio_ctx,
+            deletions_ctx,
+            exports_ctx,
             payments_ctx,
             embedded_worker_ctx,
             metrics_ctx,
+            published.ctx,
         ]
     )
     app.on_shutdown.append(end_event_streams)

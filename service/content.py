@@ -68,6 +68,17 @@ class Content:
         """Return the newest change of any document."""
         return max(meta.updated for meta in self.documents.values())
 
+    def offered(self, today: dt.date) -> tuple[Model, ...]:
+        """Return the models still on offer that day: none past its retires_at."""
+        return tuple(model for model in self.models if not model.retired(today))
+
+    def next_retirement(self, today: dt.date) -> dt.date | None:
+        """Return the first day after `today` on which a model retires, if any."""
+        later = [
+            m.retires_at for m in self.models if m.retires_at and m.retires_at > today
+        ]
+        return min(later, default=None)
+
 
 def load_content(directory: Path = CONTENT_DIR) -> Content:
     """Parse site.toml and models.toml into typed records."""

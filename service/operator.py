@@ -9,6 +9,7 @@ from typing import Final
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from .account.operator import add_account_command, run_account
 from .auth.accounts import AccountStore
 from .auth.identity import Keyring
 from .auth.sessions import SessionStore
@@ -24,7 +25,7 @@ REFUSED: Final = 1
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Declare `works`, `credits`, `sessions`, `payments` and `keys` commands."""
+    """Declare `works`, `credits`, `sessions`, `payments`, `account`, `keys`."""
     works = commands.add_parser(
         "works", help="take a work off the square or restore it"
     )
@@ -42,6 +43,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "email"
     )
     add_payments_command(commands)
+    add_account_command(commands)
     keys = commands.add_parser("keys", help="after a STUDIO_SECRET_KEY rotation")
     keys.add_subparsers(dest="keys_command", required=True).add_parser(
         "refile", help="file every account's address under the current key"
@@ -68,6 +70,8 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
             return await _refile(redis, settings)
         if args.command == "payments":
             return await run_payments(args, settings, redis)
+        if args.command == "account":
+            return await run_account(args, settings, redis)
         return await _grant(redis, settings, args.email, args.amount, args.note)
     except RedisError as err:
         print(f"studio: Redis unavailable: {type(err).__name__}", file=sys.stderr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,16 @@ REDIS_SCHEMES: Final = ("redis", "rediss", "unix", "redis+cluster", "rediss+clus
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 SmtpTls = Literal["off", "starttls", "tls"]
+UpstreamProtocol = Literal["openai", "fal", "replicate", "demo"]
+UPSTREAM_PROTOCOLS: Final = ("openai", "fal", "replicate", "demo")
+# The fields of an [upstreams.NAME] section, with the defaults of a new name.
+UPSTREAM_FIELDS: Final[dict[str, Any]] = {
+    "protocol": "",
+    "base_url": "",
+    "api_key": "",
+    "max_in_flight": 0,
+    "timeout": 120.0,
+}
 
 
 class SettingsError(ValueError):
@@ -43,6 +54,33 @@ class SmtpSettings:
     username: str
     password: str = field(repr=False)
     timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamSettings:
+    """One model upstream (CONTRACT §7): how to reach it and how hard to push."""
+
+    name: str
+    protocol: UpstreamProtocol
+    base_url: str
+    api_key: str = field(repr=False)
+    # Jobs in flight across the whole fleet (0: no limit).
+    max_in_flight: int
+    # Seconds one request to it may take (connect and each read).
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class MediaS3Settings:
+    """An S3-compatible bucket for media (CONTRACT §6): machines share it."""
+
+    # Empty: AWS S3 itself in the region; else the server's URL (path-style).
+    endpoint: str
+    bucket: str
+    region: str
+    # Both empty: the usual AWS sources (environment variables, an instance role).
+    access_key_id: str
+    secret_access_key: str = field(repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +100,10 @@ class WorkbenchSettings:
     hide_after_reports: int
     # Seconds a square read waits for Redis before serving its last good copy.
     square_read_budget: float
+    # [upstreams.NAME] sections, by name.
+    upstreams: dict[str, UpstreamSettings] = field(default_factory=dict, hash=False)
+    # The bucket media live in; None: the directory media_dir.
+    media_s3: MediaS3Settings | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +149,16 @@ class PaymentsSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class AccountSettings:
+    """My account (CONTRACT §9): the grace period of a deletion and the purge job."""
+
+    # Days between "delete my account" and its purge; signing in before restores.
+    grace_days: int = 7
+    # Seconds between a worker's looks for accounts whose purge is due.
+    purge_seconds: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     base_url: str
     host: str
@@ -131,6 +183,7 @@ class Settings:
     # a money-moving script waits for (WAIT) before it is acknowledged.
     redis_cluster: bool = False
     redis_wait_replicas: int = 0
+    account: AccountSettings = AccountSettings()
 
     @property
     def https(self) -> bool:
@@ -151,16 +204,17 @@ def load_settings(
     raw = _flatten(_read_toml(defaults, "defaults"))
     if overlay := env.get(OVERLAY_VARIABLE):
         for key, value in _flatten(_read_toml(Path(overlay), OVERLAY_VARIABLE)).items():
-            if key not in raw:
+            if key not in raw and not _upstream_key(key):
                 raise SettingsError(f"{OVERLAY_VARIABLE}: unknown setting {key!r}")
             raw[key] = value
     known = {variable(key): key for key in raw}
     for name, value in env.items():
         if not name.startswith(ENV_PREFIX) or name == OVERLAY_VARIABLE:
             continue
-        if name not in known:
+        dotted = known.get(name) or _upstream_variable(name)
+        if dotted is None:
             raise SettingsError(f"{name}: unknown setting")
-        raw[known[name]] = value
+        raw[dotted] = value
     return _build(raw)
 
 
@@ -217,6 +271,7 @@ def _build(raw: Mapping[str, Any]) -> Settings:
             demo_seconds=_number(raw, "demo.seconds", 0.0, 600.0),
             media_dir=Path(_text(raw, "media.dir") or ".data/media").absolute(),
             media_public_url=_public_url(raw, "media.public_url"),
+            media_s3=_media_s3(raw),
             jobs_per_user=_integer(raw, "jobs.per_user", 1, 1000),
             visibility_timeout=_integer(raw, "jobs.visibility_timeout", 2, 86400),
             image_deadline=_integer(raw, "jobs.image_deadline", 1, 86400),
@@ -225,6 +280,7 @@ def _build(raw: Mapping[str, Any]) -> Settings:
             expire_months=_integer(raw, "credits.expire_months", 1, 1200),
             hide_after_reports=_integer(raw, "square.hide_after_reports", 1, 1000),
             square_read_budget=_number(raw, "square.read_budget", 0.01, 5.0),
+            upstreams=_upstreams(raw),
         ),
         payments=_payments(raw),
         limits=_policies(raw),
@@ -234,7 +290,69 @@ def _build(raw: Mapping[str, Any]) -> Settings:
         redis_cluster=_boolean(raw, "redis_cluster")
         or _text(raw, "redis_url").startswith(CLUSTER_SCHEMES),
         redis_wait_replicas=_integer(raw, "redis_wait_replicas", 0, 16),
+        account=AccountSettings(
+            grace_days=_integer(raw, "account.grace_days", 0, 365),
+            purge_seconds=_number(raw, "account.purge_seconds", 0.1, 86400.0),
+        ),
     )
+
+
+def _upstream_key(key: str) -> bool:
+    """Tell whether a dotted key names a field of some [upstreams.NAME]."""
+    parts = key.split(".")
+    return len(parts) == 3 and parts[0] == "upstreams" and parts[2] in UPSTREAM_FIELDS
+
+
+def _upstream_variable(name: str) -> str | None:
+    """Map STUDIO_UPSTREAMS_<NAME>_<FIELD> of any upstream name to its key."""
+    prefix = variable("upstreams.")
+    if not name.startswith(prefix):
+        return None
+    rest = name.removeprefix(prefix)
+    for part in UPSTREAM_FIELDS:
+        upstream, _, field_name = rest.rpartition("_" + part.upper())
+        if upstream and not field_name and upstream.replace("_", "").isalnum():
+            return f"upstreams.{upstream.lower()}.{part}"
+    return None
+
+
+def _upstreams(raw: Mapping[str, Any]) -> dict[str, UpstreamSettings]:
+    """Read every [upstreams.NAME] (names from any of the sources)."""
+    names = sorted({key.split(".")[1] for key in raw if _upstream_key(key)})
+    upstreams = {}
+    for name in names:
+        prefix = f"upstreams.{name}"
+        section = {
+            f"{prefix}.{part}": raw.get(f"{prefix}.{part}", default)
+            for part, default in UPSTREAM_FIELDS.items()
+        }
+        protocol = _text(section, f"{prefix}.protocol").lower()
+        if protocol not in UPSTREAM_PROTOCOLS:
+            raise SettingsError(
+                f"{variable(prefix + '.protocol')}: must be one of"
+                f" {', '.join(UPSTREAM_PROTOCOLS)}"
+            )
+        base_url = _text(section, f"{prefix}.base_url").rstrip("/")
+        parts = urlsplit(base_url)
+        if protocol != "demo" and (
+            parts.scheme not in ("http", "https") or not parts.hostname
+        ):
+            raise SettingsError(
+                f"{variable(prefix + '.base_url')}: must be an http:// or https:// URL"
+            )
+        if protocol == "openai" and parts.path.endswith("/v1"):
+            raise SettingsError(
+                f"{variable(prefix + '.base_url')}: leave out /v1 (the paths carry it)"
+            )
+        upstreams[name] = UpstreamSettings(
+            name=name,
+            protocol=cast(UpstreamProtocol, protocol),
+            base_url=base_url,
+            api_key=_text(section, f"{prefix}.api_key"),
+            max_in_flight=_integer(section, f"{prefix}.max_in_flight", 0, 100_000),
+            timeout=_number(section, f"{prefix}.timeout", 1.0, 3600.0),
+        )
+    return upstreams
 
 
 def _text(raw: Mapping[str, Any], key: str) -> str:
@@ -286,6 +404,51 @@ def _public_url(raw: Mapping[str, Any], key: str) -> str:
     if url and urlsplit(url).scheme not in ("http", "https"):
         raise SettingsError(f"{variable(key)}: must be an http:// or https:// URL")
     return url
+
+
+# S3 bucket names: 3-63 lowercase letters, digits, dots and hyphens.
+_BUCKET: Final = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+def _media_s3(raw: Mapping[str, Any]) -> MediaS3Settings | None:
+    """Read the bucket settings: a bucket turns the S3 store on."""
+    endpoint = _public_url(raw, "media.s3_endpoint")
+    bucket = _text(raw, "media.s3_bucket")
+    key_id = _text(raw, "media.s3_access_key_id")
+    secret = _text(raw, "media.s3_secret_access_key")
+    if not bucket:
+        for name, value in (
+            ("media.s3_endpoint", endpoint),
+            ("media.s3_access_key_id", key_id),
+            ("media.s3_secret_access_key", secret),
+        ):
+            if value:
+                raise SettingsError(
+                    f"{variable('media.s3_bucket')}: required when {variable(name)}"
+                    " is set"
+                )
+        return None
+    if not _BUCKET.fullmatch(bucket):
+        raise SettingsError(
+            f"{variable('media.s3_bucket')}: must be an S3 bucket name (3-63"
+            " lowercase letters, digits, dots and hyphens)"
+        )
+    if bool(key_id) != bool(secret):
+        given, missing = (
+            ("media.s3_access_key_id", "media.s3_secret_access_key")
+            if key_id
+            else ("media.s3_secret_access_key", "media.s3_access_key_id")
+        )
+        raise SettingsError(
+            f"{variable(missing)}: required when {variable(given)} is set"
+        )
+    return MediaS3Settings(
+        endpoint=endpoint,
+        bucket=bucket,
+        region=_text(raw, "media.s3_region") or "us-east-1",
+        access_key_id=key_id,
+        secret_access_key=secret,
+    )
 
 
 def _number(raw: Mapping[str, Any], key: str, low: float, high: float) -> float:

@@ -115,4 +115,8 @@ def test_the_app_has_no_aiohttp_middleware_signal_or_sub_app(
         "/api/orders",
         "/api/orders/{oid}",
         "/api/orders/{oid}/qrcode",
+        "/api/account/export",
+        "/api/account/exports/{eid}",
+        "/api/account/exports/{eid}/file",
+        "/api/account/delete",
     }

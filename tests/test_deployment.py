@@ -52,14 +52,14 @@ def test_compose_runs_app_valkey_with_aof_and_mailpit() -> None:
     """The services; Redis persists with AOF; the app waits for it to be healthy."""
     services = _compose()["services"]
     assert services["app"]["deploy"]["replicas"] == 2
-    assert set(services) == {"proxy", "app", "worker", "redis", "mailpit"}
+    assert set(services) == {"proxy", "app", "worker", "redis", "s3", "mailpit"}
     assert services["worker"]["command"] == ["python", "-m", "service", "worker"]
     # The worker shares the app's settings, and reaches the fake provider via the proxy.
     assert services["worker"]["environment"] == {
         **services["app"]["environment"],
         "STUDIO_PAYMENTS_FAKE_GATEWAY_URL": "http://proxy:8080",
     }
-    assert services["worker"]["volumes"] == services["app"]["volumes"]
+    assert services["worker"].get("volumes") == services["app"].get("volumes")
     assert "--appendonly" in services["redis"]["command"]
     assert (
         services["redis"]["command"][
@@ -84,13 +84,33 @@ def test_compose_publishes_only_the_proxy_and_only_on_loopback() -> None:
     assert "./deploy/nginx.conf:/etc/nginx/nginx.conf:ro" in proxy["volumes"]
     assert (ROOT / "deploy" / "nginx.conf").is_file()
     assert proxy["depends_on"]["app"]["condition"] == "service_healthy"
-    for name in ("app", "worker", "redis"):
+    for name in ("app", "worker", "redis", "s3"):
         assert not _ports(services[name]), name
     for name, service in services.items():
         assert all(port.startswith("127.0.0.1:") for port in _ports(service)), name
     config = (ROOT / "deploy" / "nginx.conf").read_text()
     assert "server app:8080;" in config
     assert "listen 8080;" in config
+
+
+def test_compose_keeps_media_in_its_s3_service_with_the_apps_credentials() -> None:
+    """App and worker keep media in SeaweedFS (`weed mini`), on its volume."""
+    services = _compose()["services"]
+    s3, environment = services["s3"], services["app"]["environment"]
+    assert s3["image"].startswith("chrislusf/seaweedfs:")
+    command = s3["command"]
+    assert command[0] == "mini"
+    assert "-master.telemetry=false" in command
+    assert f"-bucket={environment['STUDIO_MEDIA_S3_BUCKET']}" in command
+    assert s3["environment"] == {
+        "AWS_ACCESS_KEY_ID": environment["STUDIO_MEDIA_S3_ACCESS_KEY_ID"],
+        "AWS_SECRET_ACCESS_KEY": environment["STUDIO_MEDIA_S3_SECRET_ACCESS_KEY"],
+    }
+    assert environment["STUDIO_MEDIA_S3_ENDPOINT"] == "http://s3:8333"
+    assert any(volume.endswith(":/data") for volume in s3["volumes"])
+    assert "8333" in " ".join(s3["healthcheck"]["test"])
+    for name in ("app", "worker"):
+        assert services[name]["depends_on"]["s3"]["condition"] == "service_healthy"
 
 
 def test_compose_has_no_default_secret() -> None:
@@ -127,6 +147,8 @@ def test_compose_environment_is_a_valid_production_configuration() -> None:
     assert settings.host == "0.0.0.0"
     assert settings.secret_key == REQUIRED_VALUE
     assert settings.workbench.demo_upstream
+    assert settings.workbench.media_s3 is not None
+    assert settings.workbench.media_s3.bucket == "media"
     assert [str(net) for net in settings.trusted_proxies] == ["172.30.57.0/24"]
 
 

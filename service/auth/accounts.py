@@ -14,6 +14,14 @@ from .identity import Keyring
 
 # How long an address's entry under a retired name outlives its new filing.
 INDEX_GRACE_SECONDS: Final = 30 * 86400
+# How long the keyed hash of an address that had an account is kept (no second
+# trial grant), and so how long a deleted account's orders stay: three years.
+KEPT_SECONDS: Final = 3 * 365 * 86400
+# Forget an address's filing only if it still names the account being let go.
+_DETACH: Final = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +60,11 @@ def legacy_index_key(address_key: str) -> str:
     return f"studio:email:{{{address_key}}}"
 
 
+def trial_key(address_key: str) -> str:
+    """Name the mark that an address earned its trial credits (its HMAC's slot)."""
+    return f"studio:trial:{{{address_key}}}"
+
+
 def _account(fields: Mapping[str, str]) -> Account:
     return Account(
         id=fields["id"],
@@ -81,6 +94,7 @@ class AccountStore:
         self._redis = redis
         self._ledger = ledger
         self._keyring = keyring
+        self._detach = redis.register_script(_DETACH)
 
     def _names(self, email: str) -> list[tuple[str, str]]:
         """Return (index key, address HMAC) to look under, the current name first."""
@@ -90,14 +104,44 @@ class AccountStore:
         return names
 
     async def open(self, email: str) -> tuple[Account, bool]:
-        """Find the account of an address or open it; only the opener grants credits."""
+        """Find the account of an address or open it; only the opener grants credits.
+
+        An address whose earlier account was deleted opens a new one without
+        trial credits: the keyed hash of the address outlives the account.
+        """
         (current, address_key), *_ = self._names(email)
         account_id = await self.find(email)
+        trial = True
         if account_id is None:
+            trial = not await self.had_trial(email)
             await self._redis.set(current, new_account_id(), nx=True)
             account_id = text(await self._redis.get(current) or b"")
-        fields, created = await self._ledger.open(account_id, email, address_key)
+        fields, created = await self._ledger.open(
+            account_id, email, address_key, trial=trial
+        )
+        if created:
+            await self.mark_trial(email)
         return _account(fields), created
+
+    def address_keys(self, email: str) -> list[str]:
+        """Return the address's HMAC under each key, the current one first."""
+        return [key for _, key in self._keyring.filings(email)]
+
+    async def had_trial(self, email: str) -> bool:
+        """Tell whether the address earned trial credits before (any key's HMAC)."""
+        keys = [trial_key(key) for _, key in self._keyring.filings(email)]
+        return bool(await self._redis.exists(*keys))
+
+    async def mark_trial(self, email: str, *also: str) -> None:
+        """Keep the keyed hash of the address (and older HMACs of it) three years."""
+        (_, address_key), *_ = self._keyring.filings(email)
+        for key in dict.fromkeys((address_key, *also)):
+            await self._redis.set(trial_key(key), "1", ex=KEPT_SECONDS)
+
+    async def detach(self, email: str, account_id: str) -> None:
+        """Forget every filing of the address that still names this account."""
+        for name, _ in self._names(email):
+            await self._detach(keys=[name], args=[account_id])
 
     async def load(self, account_id: str) -> Account | None:
         """Return the account with this id, if there is one."""

@@ -6,7 +6,7 @@ import re
 import secrets
 from typing import Final
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from .codes import CODE_TTL_SECONDS
 from .cookies import read_cookie
@@ -14,6 +14,8 @@ from .cookies import read_cookie
 SIGNIN_COOKIE: Final = "studio_signin"
 # The cookie goes only to the sign-in endpoints, and lives as long as a code.
 SIGNIN_PATH: Final = "/api/auth"
+# A signed-in requester's copy of it goes to "delete my account" (CONTRACT §9).
+CONFIRM_PATH: Final = "/api/account"
 _TOKEN: Final = re.compile(r"[A-Za-z0-9_-]{43}")
 
 
@@ -43,8 +45,34 @@ def set_signin_cookie(
     )
 
 
-def clear_signin_cookie(response: web.StreamResponse, *, secure: bool) -> None:
+def set_confirm_cookie(
+    response: web.StreamResponse, binding: str, *, secure: bool
+) -> None:
+    """Send the binding to /api/account as well, as a raw second Set-Cookie.
+
+    The cookie has the sign-in cookie's name and value, only its path differs;
+    aiohttp keeps one cookie per name, so this one goes out as a header (ahead
+    of the /api/auth one, which stays the last word for clients that keep one).
+    """
+    copy = web.Response()
+    copy.set_cookie(
+        SIGNIN_COOKIE,
+        binding,
+        max_age=CODE_TTL_SECONDS,
+        path=CONFIRM_PATH,
+        secure=secure,
+        httponly=True,
+        samesite="Lax",
+    )
+    response.headers.add(
+        hdrs.SET_COOKIE, copy.cookies[SIGNIN_COOKIE].output(header="").strip()
+    )
+
+
+def clear_signin_cookie(
+    response: web.StreamResponse, *, secure: bool, path: str = SIGNIN_PATH
+) -> None:
     """Tell the browser to drop the binding once its code is spent."""
     response.del_cookie(
-        SIGNIN_COOKIE, path=SIGNIN_PATH, secure=secure, httponly=True, samesite="Lax"
+        SIGNIN_COOKIE, path=path, secure=secure, httponly=True, samesite="Lax"
     )

@@ -16,6 +16,7 @@ from ..keys import (
     ACCOUNTS,
     CODES,
     CONTENT,
+    DELETIONS,
     DEVICES,
     MAILER,
     SESSION,
@@ -24,7 +25,13 @@ from ..keys import (
 )
 from ..limits.http import enforce, refund
 from ..store.deadline import within
-from .binding import binding_of, clear_signin_cookie, new_binding, set_signin_cookie
+from .binding import (
+    binding_of,
+    clear_signin_cookie,
+    new_binding,
+    set_confirm_cookie,
+    set_signin_cookie,
+)
 from .challenge import charge, give_back, screen
 from .codes import CODE_TTL_SECONDS, Verdict
 from .cookies import read_cookie
@@ -111,6 +118,10 @@ async def request_code(request: web.Request) -> web.StreamResponse:
         }
     )
     set_signin_cookie(response, binding, secure=settings.https)
+    if read_cookie(request.headers, COOKIE):
+        # Signed in: the code may be for "delete my account", which needs the
+        # binding too (the sign-in cookie itself only goes to /api/auth).
+        set_confirm_cookie(response, binding, secure=settings.https)
     return response
 
 
@@ -137,6 +148,9 @@ async def verify(request: web.Request) -> web.StreamResponse:
         raise ApiError(400, "CODE_EXPIRED_REQUEST_NEW")
     if verdict is not Verdict.OK:
         raise ApiError(400, "INVALID_CODE")
+    # Within its grace period a deleted account comes back whole; past it, the
+    # address is let go of and opens a new account (without trial credits).
+    restored = await app[DELETIONS].on_sign_in(address.email)
     account, opened = await app[ACCOUNTS].open(address.email)
     sessions = app[SESSIONS]
     if previous := read_cookie(request.headers, COOKIE):
@@ -148,7 +162,9 @@ async def verify(request: web.Request) -> web.StreamResponse:
         session.key[16:24],
         opened,
     )
-    response = json_response({"user": account.public(), "new_account": opened})
+    response = json_response(
+        {"user": account.public(), "new_account": opened, "restored": restored}
+    )
     set_session_cookie(response, token, secure=settings.https)
     clear_signin_cookie(response, secure=settings.https)
     # The device cookie only spares a quota: signing in does not wait on it failing.

@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from ..content import Content
 from ..store.durable import DurableScripts
 from ..studio.ledger import (
+    AccountDeleting,
     UnknownAccount,
     account_key,
     add_months,
@@ -220,6 +221,8 @@ class OrderStore:
             raise IdempotencyKeyReused(idempotency_key)
         if reply[0] == "NO_ACCOUNT":
             raise UnknownAccount(account_id)
+        if reply[0] == "ACCOUNT_DELETING":
+            raise AccountDeleting(account_id)
         order = pairs(reply[1])
         if order["status"] == "created":  # again on a replay: a crash in between
             await self._redis.zadd(OPEN, {order["id"]: int(order["created"])}, nx=True)
@@ -262,6 +265,9 @@ class OrderStore:
         )  # fmt: skip
         if reply[0] == "MISMATCH":
             raise AmountMismatch(order_id)
+        if reply[0] == "NO_ACCOUNT":  # purged: the money goes back by hand
+            await self._redis.zrem(OPEN, order_id)
+            raise UnknownAccount(order_id)
         if reply[0] == "PAID":
             await self._redis.zrem(OPEN, order_id)
             return True
@@ -292,7 +298,9 @@ class OrderStore:
         if order["status"] not in ("paid", "refunded"):
             raise NotRefundable("NOT_PAID")
         raw = await self._redis.hget(f"{account_key(order_id[:24])}:lot", order["lot"])
-        lot = json.loads(raw or "{}")
+        if raw is None:  # the account was purged; its order is only a record now
+            raise NotRefundable("ACCOUNT_GONE")
+        lot = json.loads(raw)
         # the script sweeps before it compares: an expired lot holds nothing
         remaining = 0 if lot["expires"] <= now else int(lot["remaining"])
         credits, fen, fee_fen = policy_refund(
@@ -332,6 +340,8 @@ class OrderStore:
             )  # fmt: skip
             if reply[0] == "NOT_PAID":
                 raise NotRefundable("NOT_PAID")
+            if reply[0] == "NO_ACCOUNT":
+                raise NotRefundable("ACCOUNT_GONE")
             if reply[0] == "BEGUN":
                 return _recorded(pairs(reply[1]))
         raise RuntimeError(f"the lot of {order_id} kept changing")
@@ -355,6 +365,8 @@ class OrderStore:
         )  # fmt: skip
         if reply[0] == "NOT_PAID":
             raise NotRefundable("NOT_PAID")
+        if reply[0] == "NO_ACCOUNT":  # purged: no credits left to take back
+            return 0
         return int(reply[1])
 
     async def open_orders(self, *, older_than: float, limit: int = 100) -> list[str]:

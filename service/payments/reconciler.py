@@ -13,6 +13,7 @@ from typing import Final
 import aiohttp
 
 from ..store.connect import STORE_ERRORS
+from ..studio.ledger import UnknownAccount
 from .orders import AmountMismatch, OrderStore, UnknownOrder
 from .providers.base import Provider, ProviderError
 
@@ -38,6 +39,9 @@ async def ask(store: OrderStore, provider: Provider, order_id: str) -> str:
         return "unpaid"
     try:
         credited = await store.pay(order_id, payment.trade_no, payment.total_fen)
+    except UnknownAccount:
+        _LOGGER.warning("order %s paid after its account was purged", order_id)
+        return "account_gone"
     except AmountMismatch:
         _LOGGER.error(
             "%s reports order %s paid with %d fen: not its amount, not credited",

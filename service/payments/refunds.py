@@ -16,7 +16,7 @@ class NotRefundable(Exception):
 
     def __init__(self, code: str) -> None:
         super().__init__(code)
-        self.code = code  # NOT_PAID | TOO_LATE | NOTHING_TO_REFUND
+        self.code = code  # NOT_PAID | TOO_LATE | NOTHING_TO_REFUND | ACCOUNT_GONE
 
 
 def day_of(paid: float, now: float) -> int:

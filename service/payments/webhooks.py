@@ -22,6 +22,7 @@ from aiohttp.web_protocol import RequestPayloadError
 from ..api.errors import UNAVAILABLE_RETRY_AFTER
 from ..keys import METRICS, ORDERS, PROVIDERS, REDIS, SECURITY
 from ..store.connect import STORE_ERRORS
+from ..studio.ledger import UnknownAccount
 from .orders import (
     AmountMismatch,
     NotRefundable,
@@ -169,7 +170,13 @@ async def _apply(request: web.Request, store: OrderStore, notice: Notice) -> str
     if notice.kind == "other":
         return "ignored"
     # A refund proves the payment: one delivered out of order credits it first.
-    credited = await store.pay(oid, notice.trade_no, notice.total_fen)
+    try:
+        credited = await store.pay(oid, notice.trade_no, notice.total_fen)
+    except UnknownAccount:
+        # Acknowledged, so the provider stops resending: there is no account to
+        # credit, and the money must be refunded from the provider's console.
+        _LOGGER.warning("order %s paid after its account was purged: refund it", oid)
+        return "account_gone"
     if credited:
         _LOGGER.info("order %s paid (%s notice)", oid, notice.provider)
     if notice.kind == "paid":

@@ -9,9 +9,18 @@ from typing import Final
 
 from aiohttp import web
 
-from ..keys import CONTENT, EVENTS, MEDIA, METRICS, REDIS, SETTINGS, UPSTREAMS
+from ..keys import (
+    CLOCK,
+    CONTENT,
+    EVENTS,
+    MEDIA,
+    METRICS,
+    REDIS,
+    SETTINGS,
+    UPSTREAMS,
+)
 from .events import EventHub
-from .media.store import DirectoryStore
+from .media.chosen import opened_media_store
 from .upstreams.registry import Upstreams
 from .worker import Worker
 
@@ -22,7 +31,7 @@ EMBEDDED_WORKER: Final = web.AppKey("embedded_worker", bool)
 async def studio_ctx(app: web.Application) -> AsyncIterator[None]:
     """Open the media store, the upstreams and the event hub; close them at exit."""
     settings = app[SETTINGS].workbench
-    app[MEDIA] = DirectoryStore(settings.media_dir, settings.media_public_url)
+    app[MEDIA] = await opened_media_store(settings)
     upstreams = app[UPSTREAMS] = Upstreams(settings)
     hub = app[EVENTS] = EventHub(app[REDIS])
     yield
@@ -48,6 +57,7 @@ async def embedded_worker_ctx(app: web.Application) -> AsyncIterator[None]:
         upstream_for=app[UPSTREAMS],
         metrics=app[METRICS],
         wait_replicas=app[SETTINGS].redis_wait_replicas,
+        clock=app[CLOCK],
     )
     stop = asyncio.Event()
     task = asyncio.create_task(worker.run(stop), name="embedded-worker")

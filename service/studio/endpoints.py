@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import json
 import logging
 import secrets
@@ -28,6 +27,7 @@ from ..api.payloads import (
 from ..auth.sessions import anonymous
 from ..content import Model
 from ..keys import (
+    CLOCK,
     CONTENT,
     EVENTS,
     GENERATIONS,
@@ -111,7 +111,7 @@ async def list_models(request: web.Request) -> web.StreamResponse:
     """List the catalog with what each model costs and whether it runs now."""
     app = request.config_dict
     upstreams = app[UPSTREAMS]
-    today = dt.datetime.now(dt.UTC).date()
+    today = app[CLOCK]().date()
     models = []
     for model in app[CONTENT].models:
         item: dict[str, Any] = {
@@ -127,7 +127,7 @@ async def list_models(request: web.Request) -> web.StreamResponse:
             "sizes": list(model.sizes),
             "max_count": model.max_count,
             "accepts_reference": model.accepts_reference,
-            "available": upstreams.available(model) and not model.retired(today),
+            "available": upstreams.available(model, today),
             "retires_at": model.retires_at.isoformat() if model.retires_at else None,
         }
         models.append(item)
@@ -201,8 +201,10 @@ async def _fields(
         if not reference.isalnum() or not await app[GENERATIONS].upload_exists(key):
             raise bad_field("reference")
         stored["reference"] = reference
-    today = dt.datetime.now(dt.UTC).date()
-    if not app[UPSTREAMS].available(model) or model.retired(today):
+    if refused := app[UPSTREAMS].refused_field(model, body):
+        raise bad_field(refused)  # the model's upstream has no such field
+    today = app[CLOCK]().date()
+    if not app[UPSTREAMS].available(model, today):
         raise ApiError(400, "MODEL_UNAVAILABLE")
     return model, stored
 
@@ -261,6 +263,8 @@ def _refusal(err: SubmitRefused, price: int) -> ApiError:
         return ApiError(402, err.code, balance=err.balance, required=price)
     if err.code == "TOO_MANY_JOBS":
         return ApiError(429, err.code)
+    if err.code == "ACCOUNT_DELETING":  # a request that raced the deletion
+        return ApiError(409, err.code)
     if err.code == "PAYMENT_HOLD":
         return ApiError(402, err.code)
     if err.code == "IDEMPOTENCY_KEY_REUSED":

@@ -76,6 +76,10 @@ class UnknownAccount(Exception):
     """No account has that id."""
 
 
+class AccountDeleting(Exception):
+    """The account is being deleted: it takes no new generations, orders or exports."""
+
+
 @dataclass(frozen=True, slots=True)
 class CreditsPage:
     """One page of the ledger, newest first, with the balance and live lots."""
@@ -121,12 +125,16 @@ class Ledger:
         return [int(expires.timestamp()), iso(expires)]
 
     async def open(
-        self, account_id: str, email: str, address: str
+        self, account_id: str, email: str, address: str, *, trial: bool = True
     ) -> tuple[dict[str, str], bool]:
-        """Create the account with its trial grant once; return it and if it is new."""
+        """Create the account (with its trial grant, if it earns one) once.
+
+        Returns the account and whether it is new; an address that had an
+        account before earns no second trial (`trial=False`).
+        """
         moment = now()
         args: list[str | int] = [account_id, email, address, iso(moment)]
-        args.append(self._trial)
+        args.append(self._trial if trial else 0)
         created, flat = await self._durable.run(
             self._open, [account_key(account_id)], args + self._expiry(moment)
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import functools
 import json
 import logging
@@ -11,24 +12,26 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from ..clock import Clock, midnight, utc_now
 from ..content import Content, Model
 from ..metrics import Metrics
 from ..settings import WorkbenchSettings
 from ..store.connect import STORE_ERRORS
 from ..store.pubsub import Subscriber
 from .generations import GenerationStore
-from .ledger import iso, now, text
+from .ledger import account_key, iso, now, text
 from .media.demo_art import thumbnail_webp, video_info, video_poster
 from .media.store import CONTENT_TYPES, MediaStore, new_key
 from .queue import CANCEL_CHANNEL, READY_CHANNEL, JobQueue
 from .upstreams.base import Output, Request, Upstream, UpstreamError
+from .upstreams.slots import UpstreamSlots
 
 _LOGGER: Final = logging.getLogger(__name__)
 JANITOR_SECONDS: Final = 1.0
@@ -63,6 +66,12 @@ class Worker:
     metrics: Metrics = field(default_factory=Metrics)
     # Replicas that must hold a settlement before it counts (redis_wait_replicas).
     wait_replicas: int = 0
+    # The most jobs in flight across all workers, per upstream name (None: each
+    # [upstreams.NAME] max_in_flight; absent or 0: no limit). A dead worker's
+    # slot comes back after jobs.visibility_timeout, as its job does.
+    in_flight: Mapping[str, int] | None = None
+    # What day it is: a model past its retires_at runs no more jobs.
+    clock: Clock = utc_now
     consumer: str = field(
         default_factory=lambda: (
             f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -77,6 +86,19 @@ class Worker:
         self._models = {model.id: model for model in self.content.models}
         self._slots = asyncio.Semaphore(self.settings.worker_concurrency)
         self._last_renewal = 0.0
+        in_flight = self.in_flight
+        if in_flight is None:
+            in_flight = {
+                name: upstream.max_in_flight
+                for name, upstream in self.settings.upstreams.items()
+            }
+        self._upstream_slots = {
+            name: UpstreamSlots(
+                self.redis, name, limit, lease=self.settings.visibility_timeout
+            )
+            for name, limit in in_flight.items()
+            if limit > 0
+        }
 
     async def run(self, stop: asyncio.Event) -> None:
         """Work until `stop` is set, then finish or hand back what is running."""
@@ -177,6 +199,9 @@ class Worker:
             await self.queue.finish(gid, entry)
             return
         account = job["account"]
+        if await self._retired(account, gid):  # its queued jobs fail, refunded
+            await self._fail(account, gid, entry, "MODEL_UNAVAILABLE")
+            return
         await self.queue.attempt(entry, gid)
         outcome, fields = await self.generations.settle(account, gid, "start")
         if outcome in ("FINISHED", "NOT_FOUND"):
@@ -211,6 +236,26 @@ class Worker:
                 await self.media.delete(key)
         self._timed(model, "succeeded" if outcome == "OK" else "discarded", started)
         await self.queue.finish(gid, entry)
+
+    async def _retired(self, account: str, gid: str) -> bool:
+        """Tell whether the job's model has retired since it was charged.
+
+        Submit refuses a retired model, and a job waits no longer than its
+        deadline, so only models retired within the longest deadline (and a day
+        to spare) can have jobs waiting: other days cost no read at all.
+        """
+        now = self.clock()
+        longest = max(self.settings.image_deadline, self.settings.video_deadline)
+        since = now - dt.timedelta(days=1, seconds=longest)
+        recent = {
+            model.id
+            for model in self.content.models
+            if model.retires_at and since <= midnight(model.retires_at) <= now
+        }
+        if not recent:
+            return False
+        generation = await self.generations.get(account, gid)
+        return generation is not None and generation.get("model") in recent
 
     def _timed(self, model: str, outcome: str, started: float) -> None:
         self.metrics.job_seconds.labels(model, outcome).observe(
@@ -252,7 +297,7 @@ class Worker:
             count=int(fields["count"]),
             seed=int(fields["seed"]),
             seconds=float(model.seconds) if model.seconds else None,
-            reference=None,  # the demo draws from the prompt; issue 18 reads uploads
+            reference=await self._reference(account, model, fields),
         )
         shown = float(fields.get("progress", "0"))
 
@@ -268,10 +313,12 @@ class Worker:
                 raise JobGone(gid)
 
         upstream = self.upstream_for(model)
+        slots = self._upstream_slots.get(model.upstream)
         delay = 1.0
         while True:
-            try:
-                outputs = await upstream.generate(request, progress)
+            try:  # a slot only while calling: none is held through a backoff
+                async with slots.held() if slots else contextlib.nullcontext():
+                    outputs = await upstream.generate(request, progress)
                 break
             except UpstreamError as err:
                 self.metrics.upstream_errors.labels(
@@ -284,6 +331,18 @@ class Worker:
                 await asyncio.sleep(wait)  # the job's deadline bounds the retries
                 delay = min(delay * 2, 30.0)
         return await self._publishable(gid, fields, outputs)
+
+    async def _reference(
+        self, account: str, model: Model, fields: Mapping[str, str]
+    ) -> bytes | None:
+        """Read the reference upload's bytes (the upstream sends them on)."""
+        upload = fields.get("reference")
+        if not upload or not model.accepts_reference:
+            return None
+        key = await self.redis.hget(f"{account_key(account)}:upload:{upload}", "key")
+        if key is None:  # the upload is gone: nothing to send, nothing to make
+            raise UpstreamError("UPSTREAM_FAILED", transient=False)
+        return b"".join([chunk async for chunk in self.media.chunks(text(key))])
 
     async def _publishable(
         self, gid: str, fields: dict[str, str], outputs: list[Output]

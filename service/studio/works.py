@@ -126,6 +126,7 @@ class WorkStore:
                 fan_key = account_key(text(fan))
                 pipe.zrem(f"{fan_key}:favs", wid)
                 pipe.hdel(f"{fan_key}:favowner", wid)
+                pipe.hdel(f"{fan_key}:favat", wid)
             await pipe.execute()
         record: dict[str, Any] = json.loads(raw)
         return record
@@ -151,11 +152,14 @@ class WorkStore:
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.zadd(f"{mine}:favs", {wid: sequence}, nx=True)
                 pipe.hset(f"{mine}:favowner", wid, owner)
+                # when, for "export my data"; a repeated favorite keeps the first
+                pipe.hsetnx(f"{mine}:favat", wid, iso(now()))
                 await pipe.execute()
         else:
             async with self._redis.pipeline(transaction=True) as pipe:
                 pipe.zrem(f"{mine}:favs", wid)
                 pipe.hdel(f"{mine}:favowner", wid)
+                pipe.hdel(f"{mine}:favat", wid)
                 await pipe.execute()
         if int(listed):
             await self._square.set_favorites(wid, int(count), int(change))

@@ -165,8 +165,10 @@ def setup_workbench_routes(
     strings = json.loads((STATIC_DIR / STRINGS).read_text(encoding="utf-8"))
     media_origin = _origin(app[SETTINGS].workbench.media_public_url)
     page_security = SecurityHeaders(https=security.https, csp=studio_csp(media_origin))
+    # The account view names the deletion's grace period before it starts.
+    grace = {"grace_days": app[SETTINGS].account.grace_days}
     page = prepare(
-        render_studio(env, context, assets, strings),
+        render_studio(env, {**context, **grace}, assets, strings),
         HTML_TYPE,
         {"Cache-Control": "no-cache"},
         security=page_security,

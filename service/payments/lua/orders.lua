@@ -42,6 +42,7 @@ if action == 'create' then
     end
   end
   if redis.call('EXISTS', P) == 0 then return {'NO_ACCOUNT'} end
+  if redis.call('HEXISTS', P, 'deleting') == 1 then return {'ACCOUNT_DELETING'} end
   if redis.call('EXISTS', ORDER) == 1 then return {'TAKEN'} end
   local n = redis.call('HINCRBY', P, 'oseq', 1)
   redis.call('HSET', ORDER, 'id', oid, 'n', n, 'status', 'created', 'paid_at', '', 'paid', '',
@@ -57,6 +58,13 @@ end
 
 local status = field('status')
 if not status then return {'UNKNOWN'} end
+
+-- A purged account keeps its orders (3 years) but has no balance or lots left
+-- to move: a late payment or refund must not bring a bare account back.
+if (action == 'pay' or action == 'begin_refund' or action == 'provider_refund')
+    and redis.call('EXISTS', P) == 0 then
+  return {'NO_ACCOUNT'}
+end
 
 if action == 'asked' then
   -- ARGV: now epoch, every (s). At most one provider query per `every` seconds.

@@ -9,10 +9,13 @@ import { openViewer } from './viewer.js';
 import { shown as createShown } from './create.js';
 import { showCredits, hideCredits } from './credits.js';
 import { showBuy, hideBuy } from './buy.js';
+import { showAccount, hideAccount, accountGone } from './account.js';
 import './jobs.js';
 
-const VIEWS = ['square', 'create', 'works', 'favorites', 'credits', 'buy'];
-const PRIVATE = new Set(['works', 'favorites', 'credits', 'buy']);
+const VIEWS = ['square', 'create', 'works', 'favorites', 'credits', 'buy', 'account'];
+const PRIVATE = new Set(['works', 'favorites', 'credits', 'buy', 'account']);
+// A private view that needs a sign-in now (the account view of a deleted account says more).
+const locked = (name) => PRIVATE.has(name) && !state.user && !(name === 'account' && accountGone());
 const square = { kind: '', sort: 'new' };
 
 function query(params) {
@@ -50,12 +53,15 @@ function route(moveFocus = true) {
     if (link.dataset.view === name) link.setAttribute('aria-current', 'page');
     else link.removeAttribute('aria-current');
   }
-  if (name === 'buy') $('#buy-link').setAttribute('aria-current', 'page');
-  else $('#buy-link').removeAttribute('aria-current');
+  for (const [link, own] of [['#buy-link', 'buy'], ['#account-link', 'account']]) {
+    if (name === own) $(link).setAttribute('aria-current', 'page');
+    else $(link).removeAttribute('aria-current');
+  }
   for (const [key, feed] of Object.entries(feeds)) if (key !== name) feed.hide();
   if (name !== 'credits') hideCredits();
   if (name !== 'buy') hideBuy();
-  if (PRIVATE.has(name) && !state.user) {
+  if (name !== 'account' || !state.user) hideAccount();
+  if (locked(name)) {
     $(`#${name === 'credits' ? 'credits' : name}-status`).textContent = t('signin_needed');
     if (changed && state.ready) requireSession(() => route(false));
   } else if (feeds[name]) {
@@ -64,6 +70,8 @@ function route(moveFocus = true) {
     showCredits();
   } else if (name === 'buy') {
     showBuy();
+  } else if (name === 'account') {
+    showAccount();
   }
   if (changed && moveFocus) {
     if (name === 'create' && createShown()) return;
@@ -80,6 +88,7 @@ function renderUser() {
   $('#signout-button').hidden = !signedIn;
   $('#balance').hidden = !signedIn;
   $('#buy-link').hidden = !signedIn;
+  $('#account-link').hidden = !signedIn;
   renderBalance();
 }
 
@@ -122,7 +131,7 @@ on('square-stale', () => { feeds.square.stale = true; });
 onLang(() => {
   renderBalance();
   for (const feed of Object.values(feeds)) feed.redraw();
-  if (PRIVATE.has(view) && !state.user) $(`#${view}-status`).textContent = t('signin_needed');
+  if (locked(view)) $(`#${view}-status`).textContent = t('signin_needed');
 });
 addEventListener('hashchange', () => route());
 

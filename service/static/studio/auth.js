@@ -45,28 +45,44 @@ function busy(form, on) {
   if (!on) tick();
 }
 
-// Under load the server asks for a proof of work first: solve it, send again.
-// A new challenge after a solution (expired, or spent by a double click) is
-// solved once more; past that the error is shown.
-async function requestCode(email) {
-  errorBox.textContent = '';
+/**
+ * Ask for a code mailed to an address; `say` shows a line while a challenge is solved.
+ * Under load the server asks for a proof of work first: solve it, send again.
+ * A new challenge after a solution (expired, or spent by a double click) is
+ * solved once more; past that the error is shown.
+ */
+export async function sendCode(email, say) {
   const body = { email, lang: currentLang() };
-  let answer = null;
-  for (let round = 0; answer === null; round += 1) {
+  for (let round = 0; ; round += 1) {
     try {
-      answer = await api('POST', '/auth/code', { json: body });
+      return await api('POST', '/auth/code', { json: body });
     } catch (error) {
       if (error.code !== 'CHALLENGE_REQUIRED' || round >= 2) throw error;
-      errorBox.textContent = t('solving');
+      say(t('solving'));
       try {
         body.altcha = await solveChallenge(error.body.challenge);
       } catch {
         throw error;
       } finally {
-        errorBox.textContent = '';
+        say('');
       }
     }
   }
+}
+
+/** Accept "12345678", "1234 5678", "1234-5678" or a pasted sentence with the code in it. */
+export function codeField(input) {
+  input.addEventListener('input', () => {
+    const digits = input.value.replace(/\D/g, '').slice(0, 8);
+    const shown = digits.length > 4 ? `${digits.slice(0, 4)} ${digits.slice(4)}` : digits;
+    if (shown !== input.value) input.value = shown;
+  });
+  return () => input.value.replace(/\D/g, '');
+}
+
+async function requestCode(email) {
+  errorBox.textContent = '';
+  const answer = await sendCode(email, (text) => { errorBox.textContent = text; });
   address = email;
   resendAt = Date.now() + (answer.resend_after ?? 60) * 1000;
   tick();
@@ -107,17 +123,12 @@ emailForm.addEventListener('submit', async (event) => {
   }
 });
 
-// Accept "12345678", "1234 5678", "1234-5678" or a pasted sentence with the code in it.
 const codeInput = $('#s-code');
-codeInput.addEventListener('input', () => {
-  const digits = codeInput.value.replace(/\D/g, '').slice(0, 8);
-  const shown = digits.length > 4 ? `${digits.slice(0, 4)} ${digits.slice(4)}` : digits;
-  if (shown !== codeInput.value) codeInput.value = shown;
-});
+const typedCode = codeField(codeInput);
 
 codeForm.addEventListener('submit', async (event) => {
   event.preventDefault();
-  const code = codeInput.value.replace(/\D/g, '');
+  const code = typedCode();
   if (code.length !== 8) {
     errorBox.textContent = t('err_INVALID_CODE');
     codeInput.focus();
@@ -136,7 +147,8 @@ codeForm.addEventListener('submit', async (event) => {
     } else {
       runAfterClose = true;
       dialog.close();
-      toast(t('welcome_back'));
+      // Signing in during a deletion's grace period brings the account back.
+      toast(t(answer.restored ? 'restored' : 'welcome_back'));
     }
   } catch (error) {
     errorBox.textContent = describe(error);

@@ -101,6 +101,7 @@ function connect() {
   stream.addEventListener('open', () => { retry = 0; emit('events-open'); });
   stream.addEventListener('credits', (e) => setBalance(JSON.parse(e.data).balance));
   stream.addEventListener('order', (e) => emit('order', JSON.parse(e.data)));
+  stream.addEventListener('export', (e) => emit('export', JSON.parse(e.data)));
   stream.addEventListener('generation', (e) => {
     const g = JSON.parse(e.data);
     const before = jobs.get(g.id)?.g.status;
@@ -135,6 +136,8 @@ on('user', (user) => {
   if (user) { connect(); loadRecent(); } else disconnect();
 });
 on('signing-out', disconnect);
+// A sign-out that did not happen (a wrong code on deleting): listen again.
+on('signing-out-failed', () => { if (state.user && !source) connect(); });
 on('models', redraw);
 addEventListener('pagehide', disconnect);
 onLang(redraw);

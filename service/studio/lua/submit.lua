@@ -17,6 +17,7 @@ if idem ~= '' then
   end
 end
 if redis.call('EXISTS', P) == 0 then return {'NO_ACCOUNT'} end
+if redis.call('HEXISTS', P, 'deleting') == 1 then return {'ACCOUNT_DELETING'} end
 if tonumber(redis.call('HGET', P, 'owed') or '0') > 0 then return {'PAYMENT_HOLD'} end
 if redis.call('SCARD', ACTIVE) >= cap then return {'TOO_MANY_JOBS'} end
 sweep(now_epoch, now_iso)

@@ -1,11 +1,40 @@
-"""Pick the upstream that runs a model."""
+"""Pick the upstream that runs a model: one adapter per configured upstream.
+
+Settings name the upstreams (`[upstreams.NAME]`: protocol, base_url, api_key);
+each model of content/models.toml names its upstream. An upstream without a
+key gets no adapter, so its models are unavailable; with the demo on, every
+model runs on the demo. A protocol's `refused_field` lets submit refuse, before
+charging, a field that protocol cannot honour.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
 from ...content import Model
-from ...settings import WorkbenchSettings
+from ...settings import UpstreamSettings, WorkbenchSettings
+from . import fal, openai, replicate
 from .base import Output, Progress, Request, Upstream, UpstreamError
 from .demo import DemoUpstream
+
+Adapter = Callable[[UpstreamSettings], Upstream]
+# (the model, the submitted body) -> the field its protocol cannot honour, or None.
+Check = Callable[[Model, Mapping[str, Any]], "str | None"]
+
+# protocol -> the adapter that speaks it (fal and replicate register here too).
+ADAPTERS: Final[dict[str, Adapter]] = {
+    "openai": openai.OpenAIUpstream,
+    "fal": fal.FalUpstream,
+    "replicate": replicate.ReplicateUpstream,
+}
+# protocol -> which submitted field it cannot honour.
+CHECKS: Final[dict[str, Check]] = {
+    "openai": lambda model, asked: openai.refused_field(asked),
+    "fal": fal.refused_field,
+    "replicate": replicate.refused_field,
+}
 
 
 class Unconfigured:
@@ -27,16 +56,37 @@ class Upstreams:
             DemoUpstream(settings.demo_seconds) if settings.demo_upstream else None
         )
         self._none = Unconfigured()
+        self._configs = settings.upstreams
+        self._adapters: dict[str, Upstream] = {}
+        for name, config in settings.upstreams.items():
+            if config.protocol == "demo":
+                self._adapters[name] = DemoUpstream(settings.demo_seconds)
+            elif config.api_key and config.protocol in ADAPTERS:
+                self._adapters[name] = ADAPTERS[config.protocol](config)
 
-    def available(self, model: Model) -> bool:
-        """Tell whether a model's upstream can take jobs now."""
-        return self._demo is not None
+    def available(self, model: Model, today: dt.date | None = None) -> bool:
+        """Tell whether a model can take jobs now: not retired, and routed."""
+        if model.retired(today or dt.datetime.now(dt.UTC).date()):
+            return False
+        return self._demo is not None or model.upstream in self._adapters
+
+    def refused_field(self, model: Model, asked: Mapping[str, Any]) -> str | None:
+        """Name a submitted field the model's upstream cannot honour, if any."""
+        config = self._configs.get(model.upstream)
+        if self._demo is not None or config is None:
+            return None
+        check = CHECKS.get(config.protocol)
+        return check(model, asked) if check else None
 
     def __call__(self, model: Model) -> Upstream:
         """Return the upstream of a model."""
-        return self._demo if self._demo is not None else self._none
+        if self._demo is not None:
+            return self._demo
+        return self._adapters.get(model.upstream, self._none)
 
     async def aclose(self) -> None:
         """Close every upstream's connections."""
         if self._demo is not None:
             await self._demo.aclose()
+        for adapter in self._adapters.values():
+            await adapter.aclose()
