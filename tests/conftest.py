@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -147,3 +148,36 @@ async def shop(
     async with open_shop(aiohttp_server, aiohttp_client, make_settings, redis) as shop:
         await sign_in(shop.client, mail_server)
         yield shop
+
+
+# Settings as variables, and a factory of clients on their own real app.
+Env = dict[str, str]
+MakeClient = Callable[..., Awaitable[Client]]
+
+
+@pytest.fixture
+def studio_env(tmp_path: Path, redis_server: RedisServer) -> Env:
+    """Settings shared by the app and its workers: the demo upstream, one media dir."""
+    return {
+        "STUDIO_REDIS_URL": redis_server.url,
+        "STUDIO_DEMO_UPSTREAM": "1",
+        "STUDIO_DEMO_SECONDS": "0.5",
+        "STUDIO_MEDIA_DIR": str(tmp_path / "media"),
+        "STUDIO_JOBS_VISIBILITY_TIMEOUT": "2",
+    }
+
+
+@pytest.fixture
+def studio(
+    aiohttp_client: AiohttpClient,
+    make_settings: SettingsFactory,
+    studio_env: Env,
+    redis: Redis,
+) -> MakeClient:
+    """Build a client on the real app with the workbench settings (and extras)."""
+
+    async def factory(**extra: str) -> Client:
+        settings = make_settings(**{**studio_env, **extra})
+        return await aiohttp_client(create_app(settings))
+
+    return factory

@@ -8,7 +8,7 @@ import io
 import json
 import time
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +26,12 @@ from service.auth.identity import address_key
 from service.keys import DELETIONS, SESSIONS, SETTINGS
 from service.payments.orders import NotRefundable, OrderStore, Pack
 from service.store.connect import connect
-from service.store.embedded import MailCatcher, RedisServer
+from service.store.embedded import MailCatcher
 from service.studio.ledger import AccountDeleting, UnknownAccount, account_key
 from service.studio.media.store import DirectoryStore
 
 from .cluster import Cluster
-from .conftest import TEST_SECRET, Client, SettingsFactory, latest_code
+from .conftest import TEST_SECRET, Client, Env, MakeClient, SettingsFactory, latest_code
 from .processes import studio_environ
 from .test_library import make_works
 from .workbench import (
@@ -43,8 +43,6 @@ from .workbench import (
     worker_process,
 )
 
-Env = dict[str, str]
-MakeClient = Callable[..., Any]
 P30 = Pack("p30", 30, 300, 0)
 # These tests ask for codes for one address again and again.
 _CODE_POLICIES = (
@@ -59,32 +57,9 @@ CODES_AT_WILL = {
 
 
 @pytest.fixture
-def studio_env(tmp_path: Path, redis_server: RedisServer) -> Env:
-    """Settings the app, its workers and the operator share: one media dir."""
-    return {
-        "STUDIO_REDIS_URL": redis_server.url,
-        "STUDIO_DEMO_UPSTREAM": "1",
-        "STUDIO_DEMO_SECONDS": "0.5",
-        "STUDIO_MEDIA_DIR": str(tmp_path / "media"),
-        "STUDIO_JOBS_VISIBILITY_TIMEOUT": "2",
-        **CODES_AT_WILL,
-    }
-
-
-@pytest.fixture
-def studio(
-    aiohttp_client: AiohttpClient,
-    make_settings: SettingsFactory,
-    studio_env: Env,
-    redis: Redis,
-) -> MakeClient:
-    """Build a client on its own real app (several are several processes)."""
-
-    async def factory(**extra: str) -> Client:
-        settings = make_settings(**{**studio_env, **extra})
-        return await aiohttp_client(create_app(settings))
-
-    return factory
+def studio_env(studio_env: Env) -> Env:
+    """The shared settings, with codes for one address at will."""
+    return {**studio_env, **CODES_AT_WILL}
 
 
 async def _code_for(client: Client, mail_server: MailCatcher, email: str) -> str:

@@ -31,10 +31,9 @@ from service.studio.ledger import text
 from service.studio.media.store import DirectoryStore, new_key
 
 from .cluster import Cluster
-from .conftest import Client, SettingsFactory, forget_limits
+from .conftest import Client, Env, SettingsFactory, forget_limits
 from .workbench import sign_in, worker_process
 
-Env = dict[str, str]
 JSON_FILES = {
     "account.json",
     "credits.json",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -28,7 +28,14 @@ from service.studio.ledger import account_key
 from service.studio.queue import SHARDS, TAGS, new_account_id, prefix, shard_of
 
 from .cluster import Cluster
-from .conftest import TEST_SECRET, Client, SettingsFactory, forget_limits
+from .conftest import (
+    TEST_SECRET,
+    Client,
+    Env,
+    MakeClient,
+    SettingsFactory,
+    forget_limits,
+)
 from .processes import studio_environ
 from .workbench import (
     balance,
@@ -38,9 +45,6 @@ from .workbench import (
     wait_for_status,
     worker_process,
 )
-
-Env = dict[str, str]
-MakeClient = Callable[..., Any]
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ import asyncio
 import io
 import os
 import signal
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from redis.asyncio import Redis
 from service.app import create_app
 from service.store.embedded import MailCatcher, RedisServer
 
-from .conftest import Client, SettingsFactory
+from .conftest import Client, Env, MakeClient, SettingsFactory
 from .workbench import (
     balance,
     ledger,
@@ -27,37 +26,6 @@ from .workbench import (
     wait_for_status,
     worker_process,
 )
-
-Env = dict[str, str]
-MakeClient = Callable[..., Any]
-
-
-@pytest.fixture
-def studio_env(tmp_path: Path, redis_server: RedisServer) -> Env:
-    """Settings shared by the app and its workers: the demo upstream, one media dir."""
-    return {
-        "STUDIO_REDIS_URL": redis_server.url,
-        "STUDIO_DEMO_UPSTREAM": "1",
-        "STUDIO_DEMO_SECONDS": "0.5",
-        "STUDIO_MEDIA_DIR": str(tmp_path / "media"),
-        "STUDIO_JOBS_VISIBILITY_TIMEOUT": "2",
-    }
-
-
-@pytest.fixture
-def studio(
-    aiohttp_client: AiohttpClient,
-    make_settings: SettingsFactory,
-    studio_env: Env,
-    redis: Redis,
-) -> MakeClient:
-    """Build a client on the real app with the workbench settings (and extras)."""
-
-    async def factory(**extra: str) -> Client:
-        settings = make_settings(**{**studio_env, **extra})
-        return await aiohttp_client(create_app(settings))
-
-    return factory
 
 
 async def _submit(client: Client, **body: Any) -> dict[str, Any]:

@@ -14,7 +14,6 @@ import dataclasses
 import datetime as dt
 import re
 import tomllib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -31,11 +30,9 @@ from service.studio.media.store import DirectoryStore
 from service.studio.upstreams.registry import Upstreams
 from service.studio.worker import Worker
 
-from .conftest import Client, SettingsFactory
+from .conftest import Client, Env, MakeClient, SettingsFactory
 from .workbench import balance, ledger, sign_in, wait_for_status
 
-Env = dict[str, str]
-MakeClient = Callable[..., Any]
 MARKDOWN = {"Accept": "text/markdown"}
 # The day the tests' model retires: far from the real date, so only the
 # injected clock can make it "today".

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -36,11 +36,10 @@ from service.studio.upstreams.slots import UpstreamSlots, slots_key
 from service.studio.worker import Worker
 
 from .cluster import Cluster
-from .conftest import Client, SettingsFactory
+from .conftest import Client, Env, MakeClient, SettingsFactory
 from .processes import studio_environ
 from .workbench import balance, ledger, sign_in, wait_for_status, worker_process
 
-Env = dict[str, str]
 CONTENT: Final = load_content()
 MODEL: Final = CONTENT.models[0].id
 UPSTREAM: Final = CONTENT.models[0].upstream
@@ -235,9 +234,6 @@ def studio_env(tmp_path: Path, redis_server: RedisServer) -> Env:
         "STUDIO_MEDIA_DIR": str(tmp_path / "media"),
         "STUDIO_WORKER_CONCURRENCY": "4",
     }
-
-
-MakeClient = Callable[..., Awaitable[Client]]
 
 
 @pytest.fixture
