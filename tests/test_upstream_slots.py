@@ -23,6 +23,7 @@ from typing import Any, Final
 import pytest
 from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from service.app import create_app
 from service.content import load_content
@@ -379,6 +380,16 @@ async def test_the_slots_script_keeps_the_limit_on_redis_cluster(
         cluster.url, cluster=True, socket_timeout=10, connect_timeout=5
     )
     try:
+        # A cluster formed a moment ago can drop a first connection to a node
+        # (seen once in CI): wait until the key's master answers, then measure.
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                await client.zcard(slots_key("vendor"))
+                break
+            except RedisConnectionError:
+                assert time.monotonic() < deadline, "the cluster never answered"
+                await asyncio.sleep(0.2)
         slots = UpstreamSlots(client, "vendor", 2, lease=5.0)
         inside, most = 0, 0
 
