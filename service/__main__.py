@@ -30,6 +30,7 @@ from .settings import (
     Settings,
     SettingsError,
     load_settings,
+    refuse_fake_payments,
     require_production,
     variable,
 )
@@ -219,6 +220,7 @@ def work(settings: Settings) -> None:
     """Run a worker process: jobs off the queue until SIGTERM, then hand back."""
     if not settings.redis_url:
         raise SettingsError("STUDIO_REDIS_URL: required by worker")
+    refuse_fake_payments(settings)
     if settings.workbench.demo_upstream:
         _LOGGER.warning("STUDIO_DEMO_UPSTREAM is on: every model runs on the demo")
     loop = _new_loop()

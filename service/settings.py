@@ -624,3 +624,25 @@ def require_production(settings: Settings) -> None:
         raise SettingsError(f"{variable('redis_url')}: required by serve")
     if not settings.secret_key:
         raise SettingsError(f"{variable('secret_key')}: required by serve")
+    refuse_fake_payments(settings)
+
+
+def refuse_fake_payments(settings: Settings) -> None:
+    """Keep the fake provider (anyone "pays" for nothing) away from real money.
+
+    Only `make run`, the compose stack and the tests turn it on: all on an
+    http:// base_url, without channel keys. `serve` and `worker` refuse more.
+    """
+    if not settings.payments.fake:
+        return
+    name = variable("payments.fake")
+    if settings.https:
+        raise SettingsError(
+            f"{name}: a fake provider takes payments for nothing;"
+            f" not with an https {variable('base_url')}"
+        )
+    if settings.payments.alipay or settings.payments.wechatpay:
+        raise SettingsError(
+            f"{name}: a fake provider takes payments for nothing;"
+            " not with real channel keys (STUDIO_PAYMENTS_ALIPAY_*/WECHATPAY_*)"
+        )
