@@ -439,7 +439,16 @@ async def raw_post(
     return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
 
 
-@pytest.mark.parametrize("header", [b"Wechatpay-Timestamp", b"Wechatpay-Nonce"])
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"Wechatpay-Timestamp",
+        b"Wechatpay-Nonce",
+        b"Wechatpay-Signature",
+        b"Wechatpay-Serial",
+        b"Wechatpay-Signature-Type",
+    ],
+)
 async def test_undecodable_wechat_header_bytes_are_refused_with_a_400(
     shop: Shop, caplog: pytest.LogCaptureFixture, header: bytes
 ) -> None:
@@ -595,4 +604,30 @@ async def test_an_alipay_form_that_is_not_utf_8_is_a_bad_request(
         400,
         {"error": "BAD_REQUEST"},
     )
+    no_traceback(caplog)
+
+
+async def test_a_signature_covers_the_header_bytes_as_sent(
+    shop: Shop, redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Signed over a timestamp with a non-UTF-8 byte: verified, then 400 BAD_REQUEST."""
+    oid, _ = await held_payment(shop, redis, "wechatpay")
+    trade = await shop.gateway.trade(oid)
+    assert trade is not None
+    notice = shop.gateway.wechat_paid_notice(oid, trade)
+    stamp = notice.headers["Wechatpay-Timestamp"].encode() + b"\xff"
+    once = notice.headers["Wechatpay-Nonce"].encode()
+    platform = signing.load_private_key(shop.gateway.keys.platform_private_pem)
+    signature = signing.sign(platform, wechatpay.message(stamp, once, notice.body))
+    fields = {
+        **{k.encode(): v.encode() for k, v in notice.headers.items()},
+        b"Wechatpay-Timestamp": stamp,
+        b"Wechatpay-Signature": signature.encode(),
+    }
+    head = b"".join(name + b": " + value + b"\r\n" for name, value in fields.items())
+    status, answer = await raw_post(
+        shop.base_url, "/webhooks/wechatpay", head, notice.body
+    )
+    assert (status, json.loads(answer)) == (400, {"error": "BAD_REQUEST"})
+    assert await balance(shop) == 100
     no_traceback(caplog)
