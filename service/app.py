@@ -36,7 +36,7 @@ from .payments.context import payments_ctx
 from .payments.endpoints import ORDER_LIMITED, setup_order_routes
 from .payments.qrcode import setup_qrcode_routes
 from .payments.webhooks import setup_webhook_routes
-from .settings import PACKAGE, Settings, SettingsError, variable
+from .settings import Settings, SettingsError, resource_dir, variable
 from .square.feed import VERSION as SQUARE_VERSION, setup_square_routes
 from .square.page import work_page_handler
 from .store.clients import limiter_ctx, redis_ctx
@@ -58,7 +58,7 @@ from .web.representation import Representation, prepare, respond
 from .web.routes import PUBLIC_ROUTES, setup_public_routes
 from .web.workbench import setup_workbench_routes
 
-TEMPLATES_DIR: Final = PACKAGE / "templates"
+TEMPLATES_DIR: Final = resource_dir("templates")
 # Internal JSON bodies are small; anything bigger is refused with 413 before parsing.
 MAX_BODY_BYTES: Final = 16 * 1024
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from .settings import PACKAGE
+from .settings import resource_dir
 
-CONTENT_DIR: Final = PACKAGE / "content"
+CONTENT_DIR: Final = resource_dir("content")
 
 
 @dataclass(frozen=True, slots=True)

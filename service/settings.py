@@ -18,11 +18,23 @@ from .limits.limiter import Policy
 from .payments.signing import BadKey, load_private_key, load_public_key
 from .store.connect import CLUSTER_SCHEMES
 
-# config/, content/ and templates/ live inside the package, so a wheel carries them.
 PACKAGE: Final = Path(__file__).resolve().parent
 # The checkout the package sits in (compose.yaml, the tests); not used when installed.
 ROOT: Final = PACKAGE.parent
-DEFAULT_CONFIG: Final = PACKAGE / "config" / "default.toml"
+
+
+def resource_dir(name: str) -> Path:
+    """Find config/, content/ or templates/ in a wheel's package or a checkout.
+
+    The wheel maps them into the package (pyproject.toml's package-dir); a
+    checkout, and its editable install, keeps them at the top level. A path, not
+    importlib.resources: `service.content` is also the name of a module.
+    """
+    packaged = PACKAGE / name
+    return packaged if packaged.is_dir() else ROOT / name
+
+
+DEFAULT_CONFIG: Final = resource_dir("config") / "default.toml"
 ENV_PREFIX: Final = "STUDIO_"
 OVERLAY_VARIABLE: Final = "STUDIO_CONFIG"
 
