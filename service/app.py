@@ -23,7 +23,7 @@ from .auth.mailer import mailer_ctx
 from .auth.session_cache import session_cache_ctx
 from .auth.sessions import setup_sessions
 from .clock import Clock, utc_now
-from .content import Content, Model, load_content
+from .content import Content, Model, content_for
 from .keys import CLOCK, CONTENT, METRICS, PUBLISHED, SECURITY, SETTINGS
 from .limits.http import (
     RouteLimit,
@@ -209,7 +209,7 @@ def create_app(
     """Render everything public once, then wire the API and its resources."""
     if not settings.redis_url:
         raise SettingsError(f"{variable('redis_url')}: required")
-    content = content or load_content()
+    content = content or content_for(settings)
     # The public surface serves prepared bytes: no aiohttp middleware and no
     # per-request signal anywhere. Everything dynamic sits behind ApiBoundary.
     app = web.Application(client_max_size=MAX_BODY_BYTES)

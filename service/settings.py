@@ -196,6 +196,9 @@ class Settings:
     redis_cluster: bool = False
     redis_wait_replicas: int = 0
     account: AccountSettings = AccountSettings()
+    # The operator's content directory, replacing the packaged content/ as a
+    # whole (service/content.py checks it); None: the packaged one.
+    content_dir: Path | None = None
 
     @property
     def https(self) -> bool:
@@ -306,7 +309,19 @@ def _build(raw: Mapping[str, Any]) -> Settings:
             grace_days=_integer(raw, "account.grace_days", 0, 365),
             purge_seconds=_number(raw, "account.purge_seconds", 0.1, 86400.0),
         ),
+        content_dir=_directory(raw, "content_dir"),
     )
+
+
+def _directory(raw: Mapping[str, Any], key: str) -> Path | None:
+    """Return an existing directory (absolute), or None when the setting is empty."""
+    text = _text(raw, key)
+    if not text:
+        return None
+    path = Path(text).absolute()
+    if not path.is_dir():
+        raise SettingsError(f"{variable(key)}: {path} is not a directory")
+    return path
 
 
 def _upstream_key(key: str) -> bool:
