@@ -13,7 +13,6 @@ from typing import Any, Final
 
 from aiohttp import hdrs, web
 from aiohttp_sse import sse_response
-from multidict import MultiMapping
 
 from ..api.boundary import ApiBoundary
 from ..api.errors import ApiError
@@ -24,6 +23,7 @@ from ..api.payloads import (
     read_idempotency,
     read_json,
 )
+from ..api.query import bad_field, list_params, read_cursor
 from ..auth.sessions import anonymous
 from ..content import Model
 from ..keys import (
@@ -56,8 +56,6 @@ from .media.images import InvalidImage, inspect_image
 from .media.store import new_key
 
 _LOGGER: Final = logging.getLogger(__name__)
-DEFAULT_LIMIT: Final = 20
-MAX_LIMIT: Final = 50
 MAX_UPLOAD_BYTES: Final = 10 * 1024 * 1024
 # Multipart framing around the file: boundaries and part headers.
 _MULTIPART_SLACK: Final = 64 * 1024
@@ -67,39 +65,6 @@ ACCOUNT_LIMITED: Final = frozenset({"uploads"})
 _SUBMIT_FIELDS: Final = frozenset(
     {"negative_prompt", "size", "count", "seed", "reference"}
 )
-
-
-def bad_field(name: str) -> ApiError:
-    """Name the field a request got wrong."""
-    return ApiError(400, "BAD_REQUEST", field=name)
-
-
-def list_params(query: MultiMapping[str], allowed: frozenset[str]) -> tuple[int, str]:
-    """Read `limit` (1-50, 20) and `cursor` strictly; refuse any other parameter."""
-    for name in query:
-        if name not in allowed | {"limit", "cursor"}:
-            raise bad_field(name)
-    if len(query) != len(set(query)):
-        raise bad_field(next(n for n in query if len(query.getall(n)) > 1))
-    raw = query.get("limit")
-    limit = DEFAULT_LIMIT
-    if raw is not None:
-        if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_LIMIT:
-            raise bad_field("limit")
-        limit = int(raw)
-    return limit, query.get("cursor", "")
-
-
-def read_cursor(cursor: str, prefix: str) -> int | None:
-    """Read a cursor given earlier (`<prefix><n>`), or refuse it."""
-    if not cursor:
-        return None
-    number = cursor.removeprefix(prefix)
-    if number == cursor or not (number.isascii() and number.isdigit()):
-        raise bad_field("cursor")
-    if len(number) > 18 or int(number) < 1:
-        raise bad_field("cursor")
-    return int(number)
 
 
 def _account(request: web.Request) -> str:
