@@ -61,6 +61,9 @@ from .web.workbench import setup_workbench_routes
 TEMPLATES_DIR: Final = PACKAGE / "templates"
 # Internal JSON bodies are small; anything bigger is refused with 413 before parsing.
 MAX_BODY_BYTES: Final = 16 * 1024
+# What every connection's handler is built with, under `serve` and in the tests
+# alike: bodies as sent (their readers decode them: service/api/codings.py).
+HANDLER_ARGS: Final = {"auto_decompress": False}
 
 
 def _static_handler(rep: Representation) -> Handler:
@@ -212,7 +215,7 @@ def create_app(
     content = content or load_content()
     # The public surface serves prepared bytes: no aiohttp middleware and no
     # per-request signal anywhere. Everything dynamic sits behind ApiBoundary.
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app = web.Application(client_max_size=MAX_BODY_BYTES, handler_args=HANDLER_ARGS)
     app[SETTINGS] = settings
     app[CONTENT] = content
     app[EMBEDDED_WORKER] = embedded_worker

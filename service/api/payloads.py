@@ -14,6 +14,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
 from ..web.hardening import close_after_response
+from .codings import body_coding, decode_body
 from .errors import ApiError
 
 # A body must be whole this long after we start reading it (CONTRACT §3): a
@@ -53,6 +54,7 @@ async def read_json(
     """
     if request.content_type != "application/json":
         raise ApiError(415, "UNSUPPORTED_MEDIA_TYPE")
+    coding = body_coding(request)
     try:
         if request.content.is_eof():  # all here already: no wait, no timer
             raw = await request.read()
@@ -61,6 +63,7 @@ async def read_json(
                 raw = await request.read()  # over client_max_size: raises 413
     except RequestPayloadError:  # broken framing, e.g. a bad chunk: no echo of it
         raise ApiError(400, "BAD_REQUEST") from None
+    raw = decode_body(raw, coding, request.client_max_size)
     try:
         text = raw.decode()  # strict UTF-8 (RFC 8259): encoded surrogates fail here
         data = json.loads(text)

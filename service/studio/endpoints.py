@@ -15,6 +15,7 @@ from aiohttp import hdrs, web
 from aiohttp_sse import sse_response
 
 from ..api.boundary import ApiBoundary
+from ..api.codings import body_coding
 from ..api.errors import ApiError
 from ..api.payloads import (
     UPLOAD_READ_SECONDS,
@@ -306,6 +307,7 @@ async def upload(request: web.Request) -> web.StreamResponse:
     app = request.config_dict
     if request.content_type != "multipart/form-data":
         raise ApiError(415, "UNSUPPORTED_MEDIA_TYPE")
+    body_coding(request, taken=frozenset())  # an image is compressed already
     if (request.content_length or 0) > MAX_UPLOAD_BYTES + _MULTIPART_SLACK:
         raise ApiError(413, "TOO_LARGE")
     account = _account(request)
