@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from aiohttp import hdrs, web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.multipart import BodyPartReader
 from aiohttp_sse import sse_response
 
 from ..api.boundary import ApiBoundary
@@ -44,6 +46,7 @@ from ..keys import (
 )
 from ..limits.http import enforce
 from ..payments.orders import view as order_view
+from ..web.hardening import BAD_DISPOSITION
 from .events import CLOSE
 from .generations import (
     MAX_NEGATIVE_PROMPT,
@@ -61,6 +64,14 @@ MAX_UPLOAD_BYTES: Final = 10 * 1024 * 1024
 # Multipart framing around the file: boundaries and part headers.
 _MULTIPART_SLACK: Final = 64 * 1024
 HEARTBEAT_SECONDS: Final = 15.0
+# What aiohttp's multipart reader raises on a form a client got wrong.
+_MALFORMED_FORM: Final = (
+    ValueError,
+    AssertionError,
+    RuntimeError,
+    HttpProcessingError,
+    *BAD_DISPOSITION,
+)
 # Routes whose handlers charge a per-account write limit (headers on every answer).
 ACCOUNT_LIMITED: Final = frozenset({"uploads"})
 _SUBMIT_FIELDS: Final = frozenset(
@@ -350,23 +361,29 @@ async def upload(request: web.Request) -> web.StreamResponse:
 
 
 async def _read_file_part(request: web.Request) -> bytes:
-    """Read exactly one part named `file`, at most 10 MiB, in chunks, within 120 s."""
+    """Read exactly one part named `file`, at most 10 MiB, in chunks, within 120 s.
+
+    A malformed part header (no colon, a control byte, over 8,190 bytes) is
+    aiohttp's HttpProcessingError, a malformed Content-Disposition its warning
+    raised (`setup_log_hygiene`, as pytest does): the client's fault, a 400 that
+    echoes none of it.
+    """
     try:
         async with body_deadline(request, UPLOAD_READ_SECONDS):
             reader = await request.multipart()
             part = await reader.next()
-            if part is None or getattr(part, "name", None) != "file":
+            if not isinstance(part, BodyPartReader) or part.name != "file":
                 raise ApiError(400, "BAD_REQUEST", field="file")
             chunks, size = [], 0
-            while chunk := await part.read_chunk(65536):  # type: ignore[union-attr]
+            while chunk := await part.read_chunk(65536):
                 size += len(chunk)
                 if size > MAX_UPLOAD_BYTES:
                     raise ApiError(413, "TOO_LARGE")
                 chunks.append(chunk)
             if await reader.next() is not None:
                 raise ApiError(400, "BAD_REQUEST", field="file")
-    except (ValueError, AssertionError, RuntimeError) as err:
-        raise ApiError(400, "BAD_REQUEST") from err
+    except _MALFORMED_FORM:
+        raise ApiError(400, "BAD_REQUEST") from None
     return b"".join(chunks)
 
 
