@@ -62,8 +62,10 @@ TEMPLATES_DIR: Final = PACKAGE / "templates"
 # Internal JSON bodies are small; anything bigger is refused with 413 before parsing.
 MAX_BODY_BYTES: Final = 16 * 1024
 # What every connection's handler is built with, under `serve` and in the tests
-# alike: bodies as sent (their readers decode them: service/api/codings.py).
-HANDLER_ARGS: Final = {"auto_decompress": False}
+# alike: bodies as sent (their readers decode them: service/api/codings.py), and
+# handlers that run to their end when a client leaves (aiohttp's default, which
+# its test server changes, hiding what a departed client does to a handler).
+HANDLER_ARGS: Final = {"auto_decompress": False, "handler_cancellation": False}
 
 
 def _static_handler(rep: Representation) -> Handler:

@@ -408,12 +408,12 @@ async def events(request: web.Request) -> web.StreamResponse:
                 counter += 1
                 await stream.send(json.dumps(data), id=str(counter), event=event)
 
-            await send("credits", {"balance": page.balance})
-            for fields in sorted(active, key=lambda f: int(f.get("n", "0"))):
-                await send("generation", view(fields))
             closed = asyncio.ensure_future(stream.wait())
             getter: asyncio.Future[dict[str, Any]] | None = None
             try:
+                await send("credits", {"balance": page.balance})
+                for fields in sorted(active, key=lambda f: int(f.get("n", "0"))):
+                    await send("generation", view(fields))
                 while True:
                     getter = asyncio.ensure_future(queue.get())
                     done, _ = await asyncio.wait(
@@ -435,6 +435,8 @@ async def events(request: web.Request) -> web.StreamResponse:
                     elif name == "order":
                         data = order_view(data, time.time())
                     await send(name, data)
+            except ConnectionResetError:  # the client left: the stream's normal end
+                _LOGGER.debug("event stream closed by the client on %s", request.path)
             finally:
                 for pending in (closed, getter):
                     if pending is not None and not pending.done():
