@@ -61,6 +61,11 @@ from .web.workbench import setup_workbench_routes
 TEMPLATES_DIR: Final = resource_dir("templates")
 # Internal JSON bodies are small; anything bigger is refused with 413 before parsing.
 MAX_BODY_BYTES: Final = 16 * 1024
+# What every connection's handler is built with, under `serve` and in the tests
+# alike: bodies as sent (their readers decode them: service/api/codings.py), and
+# handlers that run to their end when a client leaves (aiohttp's default, which
+# its test server changes, hiding what a departed client does to a handler).
+HANDLER_ARGS: Final = {"auto_decompress": False, "handler_cancellation": False}
 
 
 def _static_handler(rep: Representation) -> Handler:
@@ -212,7 +217,7 @@ def create_app(
     content = content or content_for(settings)
     # The public surface serves prepared bytes: no aiohttp middleware and no
     # per-request signal anywhere. Everything dynamic sits behind ApiBoundary.
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app = web.Application(client_max_size=MAX_BODY_BYTES, handler_args=HANDLER_ARGS)
     app[SETTINGS] = settings
     app[CONTENT] = content
     app[EMBEDDED_WORKER] = embedded_worker
