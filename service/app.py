@@ -23,7 +23,7 @@ from .auth.mailer import mailer_ctx
 from .auth.session_cache import session_cache_ctx
 from .auth.sessions import setup_sessions
 from .clock import Clock, utc_now
-from .content import Content, Model, load_content
+from .content import Content, Model, content_for
 from .keys import CLOCK, CONTENT, METRICS, PUBLISHED, SECURITY, SETTINGS
 from .limits.http import (
     RouteLimit,
@@ -36,7 +36,7 @@ from .payments.context import payments_ctx
 from .payments.endpoints import ORDER_LIMITED, setup_order_routes
 from .payments.qrcode import setup_qrcode_routes
 from .payments.webhooks import setup_webhook_routes
-from .settings import PACKAGE, Settings, SettingsError, variable
+from .settings import Settings, SettingsError, resource_dir, variable
 from .square.feed import VERSION as SQUARE_VERSION, setup_square_routes
 from .square.page import work_page_handler
 from .store.clients import limiter_ctx, redis_ctx
@@ -58,9 +58,14 @@ from .web.representation import Representation, prepare, respond
 from .web.routes import PUBLIC_ROUTES, setup_public_routes
 from .web.workbench import setup_workbench_routes
 
-TEMPLATES_DIR: Final = PACKAGE / "templates"
+TEMPLATES_DIR: Final = resource_dir("templates")
 # Internal JSON bodies are small; anything bigger is refused with 413 before parsing.
 MAX_BODY_BYTES: Final = 16 * 1024
+# What every connection's handler is built with, under `serve` and in the tests
+# alike: bodies as sent (their readers decode them: service/api/codings.py), and
+# handlers that run to their end when a client leaves (aiohttp's default, which
+# its test server changes, hiding what a departed client does to a handler).
+HANDLER_ARGS: Final = {"auto_decompress": False, "handler_cancellation": False}
 
 
 def _static_handler(rep: Representation) -> Handler:
@@ -209,10 +214,10 @@ def create_app(
     """Render everything public once, then wire the API and its resources."""
     if not settings.redis_url:
         raise SettingsError(f"{variable('redis_url')}: required")
-    content = content or load_content()
+    content = content or content_for(settings)
     # The public surface serves prepared bytes: no aiohttp middleware and no
     # per-request signal anywhere. Everything dynamic sits behind ApiBoundary.
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app = web.Application(client_max_size=MAX_BODY_BYTES, handler_args=HANDLER_ARGS)
     app[SETTINGS] = settings
     app[CONTENT] = content
     app[EMBEDDED_WORKER] = embedded_worker
