@@ -13,8 +13,9 @@ import contextlib
 import json
 import logging
 import threading
+import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -23,8 +24,10 @@ import requests
 from aiohttp import web
 
 from service.app import create_app
+from service.keys import CLOCK, CONTENT, MEDIA, METRICS, REDIS, SETTINGS, UPSTREAMS
 from service.settings import Settings
 from service.store.embedded import MailCatcher
+from service.studio.worker import Worker
 from service.web.hardening import handler_options, setup_log_hygiene
 
 from .conftest import latest_code
@@ -71,6 +74,8 @@ class Served:
     mail: MailCatcher
     anonymous: requests.Session = field(default_factory=requests.Session)
     signed_in: requests.Session = field(default_factory=requests.Session)
+    # Real ids of the signed-in account's things, by path parameter name.
+    known: dict[str, list[str]] = field(default_factory=dict)
 
     def same_origin(self) -> dict[str, str]:
         """The headers a browser sends on a state change from our own pages."""
@@ -88,6 +93,14 @@ class Served:
         )
         assert answer.status_code == 200, answer.text
         return session
+
+    def post(self, path: str, body: Any = None) -> Any:
+        """POST JSON as the signed-in browser; return the JSON answer."""
+        answer = self.signed_in.post(
+            self.base_url + path, json=body, headers=self.same_origin(), timeout=10
+        )
+        assert answer.status_code in (200, 201, 202), answer.text
+        return answer.json()
 
     def session(self, who: str) -> requests.Session:
         """The session of `who`: anonymous (no cookies at all) or signed in."""
@@ -127,6 +140,7 @@ def serving(settings: Settings, port: int, mail: MailCatcher) -> Iterator[Served
         run(web.TCPSite(runner, "127.0.0.1", port).start())
         served = Served(app, f"http://127.0.0.1:{port}", watch, mail)
         served.signed_in = served.sign_in()
+        served.known = _seed(served, run)
         try:
             yield served
         finally:
@@ -139,6 +153,76 @@ def serving(settings: Settings, port: int, mail: MailCatcher) -> Iterator[Served
         thread.join(_START_SECONDS)
         loop.close()
         root.removeHandler(watch)
+
+
+def _seed(served: Served, run: Callable[[Awaitable[Any]], Any]) -> dict[str, list[str]]:
+    """Give the signed-in account real things for the fuzzer to aim at.
+
+    A generation that succeeded (its three works, one published, one to be
+    deleted), one left queued, an order with a QR code, an export: path
+    parameters can then name something that exists, so the fuzz reaches each
+    handler past its 404. Keys are parameter names, or `operationId:name`.
+    """
+    done = served.post(
+        "/api/generations",
+        {"model": "seedream-4", "prompt": "a lighthouse at dusk", "count": 3},
+    )["id"]
+    stop, task = run(_start_worker(served.app))
+    try:
+        works = _wait_for_works(served, done)
+    finally:
+        run(_stop_worker(stop, task))
+    served.post(f"/api/works/{works[0]}/publish")
+    queued = served.post(
+        "/api/generations", {"model": "flux-kontext-pro", "prompt": "a quiet harbour"}
+    )["id"]
+    order = served.post(
+        "/api/orders", {"pack": "p30", "channel": "wechatpay", "device": "desktop"}
+    )["id"]
+    export = served.post("/api/account/export")["id"]
+    return {
+        "gid": [done, queued],
+        "wid": works[:2],
+        # DELETE gets a work of its own: the others stay for the routes after it.
+        "work_delete:wid": works[2:],
+        "work_id": works[:1],
+        "oid": [order],
+        "eid": [export],
+    }
+
+
+async def _start_worker(app: web.Application) -> tuple[asyncio.Event, Any]:
+    """Run a worker in the app's loop, as `make run` does, until told to stop."""
+    worker = Worker(
+        redis=app[REDIS],
+        content=app[CONTENT],
+        settings=app[SETTINGS].workbench,
+        media=app[MEDIA],
+        upstream_for=app[UPSTREAMS],
+        metrics=app[METRICS],
+        wait_replicas=app[SETTINGS].redis_wait_replicas,
+        clock=app[CLOCK],
+    )
+    stop = asyncio.Event()
+    return stop, asyncio.create_task(worker.run(stop), name="seed-worker")
+
+
+async def _stop_worker(stop: asyncio.Event, task: Awaitable[None]) -> None:
+    stop.set()
+    await task
+
+
+def _wait_for_works(served: Served, gid: str) -> list[str]:
+    """Poll a generation until it succeeded; return its works' ids."""
+    deadline = time.monotonic() + _START_SECONDS
+    while time.monotonic() < deadline:
+        answer = served.signed_in.get(f"{served.base_url}/api/generations/{gid}")
+        body = answer.json()
+        assert body["status"] in ("queued", "running", "succeeded"), body
+        if body["status"] == "succeeded":
+            return [work["id"] for work in body["works"]]
+        time.sleep(0.05)
+    raise AssertionError(f"the seed generation {gid} never succeeded")
 
 
 def error_of(content_type: str, content: bytes) -> Mapping[str, Any] | None:
@@ -184,6 +268,7 @@ def settings_variables(tmp: Path, port: int) -> dict[str, str]:
         # Every model available (the demo), both channels (the fake provider,
         # served by this same app), so submits and orders go all the way.
         "STUDIO_DEMO_UPSTREAM": "1",
+        "STUDIO_DEMO_SECONDS": "0",
         "STUDIO_PAYMENTS_FAKE": "1",
         "STUDIO_MEDIA_DIR": str(tmp / "media"),
         **generous,
