@@ -3,7 +3,8 @@
 Schemathesis and hypothesis call synchronously (`requests`), so the app runs
 on its own event loop in a thread, built by `create_app(settings)` and served
 with the handler options `serve` uses. Every log record the service writes at
-WARNING or above is kept, so a test can say which request made a traceback.
+INFO or above (what `serve` logs) is kept, so a test can say which request made
+a traceback.
 """
 
 from __future__ import annotations
@@ -39,10 +40,10 @@ _BROKEN: Final = ("Traceback", "store unavailable")
 
 
 class LogWatch(logging.Handler):
-    """Keep every record at WARNING or above; hand over the ones that show a fault."""
+    """Keep every record at INFO or above; hand over the ones that show a fault."""
 
     def __init__(self) -> None:
-        super().__init__(logging.WARNING)
+        super().__init__(logging.INFO)
         self._records: list[logging.LogRecord] = []
         self._lock_records = threading.Lock()
 
@@ -125,6 +126,8 @@ def serving(settings: Settings, port: int, mail: MailCatcher) -> Iterator[Served
     watch = LogWatch()
     watch.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.INFO)  # as `serve` logs: a traceback at INFO counts too
     root.addHandler(watch)
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="app", daemon=True)
@@ -153,6 +156,7 @@ def serving(settings: Settings, port: int, mail: MailCatcher) -> Iterator[Served
         thread.join(_START_SECONDS)
         loop.close()
         root.removeHandler(watch)
+        root.setLevel(level)
 
 
 def _seed(served: Served, run: Callable[[Awaitable[Any]], Any]) -> dict[str, list[str]]:
