@@ -15,6 +15,7 @@ import json
 import logging
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -111,6 +112,48 @@ class Served:
         return self.signed_in
 
 
+def _plain_traceback(error: BaseException) -> str:
+    """Format a traceback as the logging module does, less the ^^^ marks."""
+    formatted = traceback.TracebackException.from_exception(error)
+    pending, seen = [formatted], set()
+    while pending:
+        part = pending.pop()
+        if id(part) in seen:
+            continue
+        seen.add(id(part))
+        for frame in part.stack:
+            frame.colno = None  # no marks: placing them calls ast.parse
+        pending += [e for e in (part.__cause__, part.__context__) if e is not None]
+        pending += getattr(part, "exceptions", None) or []
+    return "".join(formatted.format()).rstrip("\n")
+
+
+@contextlib.contextmanager
+def _tracebacks_formatted_in_place(thread: threading.Thread) -> Iterator[None]:
+    """Format the app thread's tracebacks as its records are made, without marks.
+
+    Python 3.11 places a traceback's ^^^ marks with ast.parse, whose recursion
+    count all threads share: a log handler formatting one in the app's thread
+    while pytest parses a failing test's source in the main thread can make
+    that parse fail with SystemError, an INTERNALERROR that ends the run
+    instead of reporting the failure.
+    """
+    make = logging.getLogRecordFactory()
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None and threading.current_thread() is thread:
+            record.exc_text = _plain_traceback(error)
+        return record
+
+    logging.setLogRecordFactory(factory)
+    try:
+        yield
+    finally:
+        logging.setLogRecordFactory(make)
+
+
 async def _cancel_the_rest() -> None:
     """End what the runner left (handlers of streams cut short) before the loop."""
     tasks = asyncio.all_tasks() - {asyncio.current_task()}
@@ -132,6 +175,8 @@ def serving(settings: Settings, port: int, mail: MailCatcher) -> Iterator[Served
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, name="app", daemon=True)
     thread.start()
+    stack = contextlib.ExitStack()
+    stack.enter_context(_tracebacks_formatted_in_place(thread))
 
     def run(step: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(step, loop).result(_START_SECONDS)
@@ -155,6 +200,7 @@ def serving(settings: Settings, port: int, mail: MailCatcher) -> Iterator[Served
         loop.call_soon_threadsafe(loop.stop)
         thread.join(_START_SECONDS)
         loop.close()
+        stack.close()
         root.removeHandler(watch)
         root.setLevel(level)
 
