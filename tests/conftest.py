@@ -34,6 +34,16 @@ GENEROUS_LIMITS = {
     for field, value in (("QUOTA", "100000"), ("BURST", "50000"))
 }
 Client = TestClient[web.Request, web.Application]
+# Lines a test module asks the terminal summary to show (e.g. how many cases ran).
+SUMMARY = pytest.StashKey[list[str]]()
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    """Show the lines test modules left for the summary, once the run is over."""
+    for line in config.stash.get(SUMMARY, []):
+        terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")
