@@ -130,12 +130,17 @@ async def _allowed_methods(request: web.Request) -> set[str]:
     return allowed
 
 
+# The paths only programs call: their misses are JSON like their errors.
+JSON_PREFIXES: Final = (API_PREFIX + "/", "/webhooks/")
+
+
 def fallback_handler(
     pages: Mapping[int, Representation], security: SecurityHeaders
 ) -> Handler:
     """Answer what no route took: 405 with Allow on a known path, else 404.
 
-    Under /api the answer is JSON; elsewhere it is a page a person can read.
+    Under /api and /webhooks (machines' paths) the answer is JSON; elsewhere it is
+    a page a person can read.
     """
     json_headers = security.for_type("application/json")
 
@@ -144,7 +149,7 @@ def fallback_handler(
         extra = {"Allow": ",".join(sorted(allowed))} if allowed else {}
         status = 405 if allowed else 404
         path = request.path
-        if path == API_PREFIX or path.startswith(API_PREFIX + "/"):
+        if path == API_PREFIX or path.startswith(JSON_PREFIXES):
             return json_error(status, _CODES[status], {**json_headers, **extra})
         page = pages[status]
         headers = {**page.headers, **extra}
