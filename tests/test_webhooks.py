@@ -13,8 +13,9 @@ import pytest
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 from redis.asyncio import Redis
 
-from service.keys import METRICS, ORDERS
+from service.metrics import METRICS
 from service.payments.fake import Delivery, FakeGateway, trade_key
+from service.payments.keys import ORDERS
 from service.payments.orders import order_key
 from service.store.embedded import MailCatcher
 

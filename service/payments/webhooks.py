@@ -20,9 +20,12 @@ from aiohttp.typedefs import Handler
 from aiohttp.web_protocol import RequestPayloadError
 
 from ..api.errors import UNAVAILABLE_RETRY_AFTER
-from ..keys import METRICS, ORDERS, PROVIDERS, REDIS, SECURITY
+from ..keys import REDIS
+from ..metrics import METRICS
 from ..store.connect import STORE_ERRORS
 from ..studio.ledger import UnknownAccount
+from ..web.keys import SECURITY
+from .keys import ORDERS, PROVIDERS
 from .orders import (
     AmountMismatch,
     NotRefundable,

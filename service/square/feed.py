@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 from ..api.boundary import ApiBoundary
 from ..api.errors import ApiError
 from ..auth.sessions import anonymous
-from ..keys import DEGRADED, READ_ALONG, SQUARE
+from ..limits.keys import DEGRADED, READ_ALONG
 from ..store.deadline import within
 
 # All square keys share one hash tag, so every write is one atomic step on Cluster too.
@@ -335,6 +335,9 @@ class SquareStore:
                 b"}",
             )
         )
+
+
+SQUARE: Final = web.AppKey("square", SquareStore)
 
 
 def _text(value: bytes | str) -> str:

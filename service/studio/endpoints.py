@@ -24,25 +24,12 @@ from ..api.payloads import (
     read_idempotency,
     read_json,
 )
-from ..auth.sessions import anonymous
+from ..auth.sessions import SESSION, anonymous
 from ..content import Model
-from ..keys import (
-    CLOCK,
-    CONTENT,
-    EVENTS,
-    GENERATIONS,
-    JOBS,
-    LEDGER,
-    MEDIA,
-    METRICS,
-    SECURITY,
-    SESSION,
-    SETTINGS,
-    UPSTREAMS,
-    WORKS,
-)
+from ..keys import CLOCK, CONTENT, SETTINGS
 from ..limits.http import enforce
-from ..payments.orders import view as order_view
+from ..metrics import METRICS
+from ..web.keys import SECURITY
 from .events import CLOSE
 from .generations import (
     MAX_NEGATIVE_PROMPT,
@@ -50,6 +37,16 @@ from .generations import (
     MAX_SEED,
     SubmitRefused,
     view,
+)
+from .keys import (
+    EVENT_VIEWS,
+    EVENTS,
+    GENERATIONS,
+    JOBS,
+    LEDGER,
+    MEDIA,
+    UPSTREAMS,
+    WORKS,
 )
 from .ledger import account_key
 from .media.images import InvalidImage, inspect_image
@@ -448,8 +445,8 @@ async def events(request: web.Request) -> web.StreamResponse:
                     name, data = event["event"], event["data"]
                     if name == "generation":
                         data = view(data)
-                    elif name == "order":
-                        data = order_view(data, time.time())
+                    elif (shown := app[EVENT_VIEWS].get(name)) is not None:
+                        data = shown(data)
                     await send(name, data)
             finally:
                 for pending in (closed, getter):

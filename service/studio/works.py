@@ -170,18 +170,18 @@ class WorkStore:
         reply = await self._run(owner, "report", wid, me, threshold)
         if text(reply[0]) == "HIDE":
             await self._square.remove(wid)
-            await self._redis.hset(f"{_HIDDEN}", wid, owner)
+            await self._redis.hset(f"{HIDDEN}", wid, owner)
 
     async def restore(self, wid: str) -> bool:
         """Bring a hidden work back to the square (an operator's decision)."""
-        owner = await self._redis.hget(_HIDDEN, wid)
+        owner = await self._redis.hget(HIDDEN, wid)
         if owner is None:
             return False
         _, raw, count = await self._run(text(owner), "restore", wid)
         record = json.loads(raw)
         if record.get("published_at"):
             await self._square.publish(square_work(record, int(count)), text(owner))
-        await self._redis.hdel(_HIDDEN, wid)
+        await self._redis.hdel(HIDDEN, wid)
         return True
 
     async def take_down(self, wid: str) -> bool:
@@ -267,4 +267,5 @@ class WorkStore:
         return items, int(rows[-1][1]) if more and rows else None
 
 
-_HIDDEN: Final = "studio:square:{square}:hidden"
+# The works their owners hid from the square (an account's deletion clears its own).
+HIDDEN: Final = "studio:square:{square}:hidden"
