@@ -1,7 +1,8 @@
 # The service alone, as production runs it: `python -m service serve`.
-# Stage 1 builds the wheel (package data included: config, content, templates,
-# static, Lua); the runtime image installs only that wheel, no source tree, and
-# its dependencies exactly as requirements.lock pins and hashes them (`make lock`).
+# Stage 1 builds the wheel (package data included: the top-level config/,
+# content/ and templates/, mapped into the package, static, Lua); the runtime
+# image installs only that wheel, no source tree, and its dependencies exactly
+# as requirements.lock pins and hashes them (`make lock`).
 FROM python:3.11-slim AS build
 
 ENV PIP_NO_CACHE_DIR=1 \
@@ -10,6 +11,9 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 COPY pyproject.toml README.md requirements.lock ./
 COPY service ./service
+COPY config ./config
+COPY content ./content
+COPY templates ./templates
 RUN pip wheel --no-deps --wheel-dir /wheels . \
     && cp requirements.lock /wheels/
 

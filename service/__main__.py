@@ -22,7 +22,7 @@ from .account.deletion import DeletionStore
 from .account.exports import ExportJobs
 from .account.purger import Purger
 from .app import create_app, freeze_startup_objects
-from .content import load_content
+from .content import Content, content_for
 from .metrics import serve_metrics
 from .payments.context import opened as payments_opened
 from .payments.reconciler import Reconciler
@@ -30,6 +30,7 @@ from .settings import (
     Settings,
     SettingsError,
     load_settings,
+    refuse_fake_payments,
     require_production,
     variable,
 )
@@ -94,6 +95,7 @@ def serve(settings: Settings, *, workers: int = 1, reuse_port: bool = False) -> 
     `serve` binding the port with SO_REUSEPORT (see service/supervisor.py).
     """
     require_production(settings)
+    content = content_for(settings)  # a fault stops the supervisor, not N workers
     if workers > 1:
         command = [sys.executable, "-m", "service", "serve", "--reuse-port"]
         environ = functools.partial(_worker_environ, settings)
@@ -103,7 +105,7 @@ def serve(settings: Settings, *, workers: int = 1, reuse_port: bool = False) -> 
         _LOGGER.warning("STUDIO_DEMO_UPSTREAM is on: every model runs on the demo")
     if settings.payments.fake:
         _LOGGER.warning("STUDIO_PAYMENTS_FAKE is on: a fake provider takes payments")
-    app = create_app(settings)
+    app = create_app(settings, content=content)
     app.on_startup.append(freeze_startup_objects)
     access_log = _access_log(settings)
     try:
@@ -142,7 +144,7 @@ async def _until_signal() -> None:
     await stop.wait()
 
 
-async def _work(settings: Settings) -> None:
+async def _work(settings: Settings, content: Content) -> None:
     media = await opened_media_store(settings.workbench)  # first: it may refuse
     redis = connect(
         settings.redis_url,
@@ -151,7 +153,6 @@ async def _work(settings: Settings) -> None:
         socket_timeout=5.0,
         retries=3,
     )
-    content = load_content()
     upstreams = Upstreams(settings.workbench)
     workbench = settings.workbench
     worker = Worker(
@@ -219,18 +220,20 @@ def work(settings: Settings) -> None:
     """Run a worker process: jobs off the queue until SIGTERM, then hand back."""
     if not settings.redis_url:
         raise SettingsError("STUDIO_REDIS_URL: required by worker")
+    refuse_fake_payments(settings)
+    content = content_for(settings)
     if settings.workbench.demo_upstream:
         _LOGGER.warning("STUDIO_DEMO_UPSTREAM is on: every model runs on the demo")
     loop = _new_loop()
     try:
-        loop.run_until_complete(_work(settings))
+        loop.run_until_complete(_work(settings, content))
     finally:
         loop.close()
 
 
-async def _run_until_signal(settings: Settings) -> None:
+async def _run_until_signal(settings: Settings, content: Content) -> None:
     _harden()
-    app = create_app(settings, embedded_worker=True)
+    app = create_app(settings, content=content, embedded_worker=True)
     app.on_startup.append(freeze_startup_objects)
     access_log = _access_log(settings)
     runner = web.AppRunner(
@@ -250,6 +253,7 @@ async def _run_until_signal(settings: Settings) -> None:
 
 def dev(settings: Settings) -> None:
     """Start an embedded Redis (AOF in .data/), an SMTP catcher and the service."""
+    content = content_for(settings)  # before any server starts
     secret = settings.secret_key or _dev_secret(settings.data_dir)
     smtp = settings.smtp
     with (
@@ -268,7 +272,7 @@ def dev(settings: Settings) -> None:
         )
         loop = _new_loop()
         try:
-            loop.run_until_complete(_run_until_signal(dev_settings))
+            loop.run_until_complete(_run_until_signal(dev_settings, content))
         finally:
             loop.close()
 

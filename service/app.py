@@ -12,7 +12,7 @@ from .api.boundary import API, ApiBoundary
 from .api.setup import install as install_api, setup as setup_api
 from .auth.setup import setup as setup_auth
 from .clock import Clock, utc_now
-from .content import Content, load_content
+from .content import Content, content_for
 from .keys import CLOCK, CONTENT, SETTINGS
 from .limits.setup import setup as setup_limits
 from .metrics import setup as setup_metrics
@@ -26,6 +26,11 @@ from .web.setup import setup as setup_web
 
 # Internal JSON bodies are small; anything bigger is refused with 413 before parsing.
 MAX_BODY_BYTES: Final = 16 * 1024
+# What every connection's handler is built with, under `serve` and in the tests
+# alike: bodies as sent (their readers decode them: service/api/codings.py), and
+# handlers that run to their end when a client leaves (aiohttp's default, which
+# its test server changes, hiding what a departed client does to a handler).
+HANDLER_ARGS: Final = {"auto_decompress": False, "handler_cancellation": False}
 
 
 def _api() -> ApiBoundary:
@@ -86,9 +91,9 @@ def create_app(
     """Render everything public once, then wire the API and its resources."""
     if not settings.redis_url:
         raise SettingsError(f"{variable('redis_url')}: required")
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app = web.Application(client_max_size=MAX_BODY_BYTES, handler_args=HANDLER_ARGS)
     app[SETTINGS] = settings
-    app[CONTENT] = content or load_content()
+    app[CONTENT] = content or content_for(settings)
     app[EMBEDDED_WORKER] = embedded_worker
     app[CLOCK] = clock
     app[API] = _api()

@@ -14,9 +14,10 @@ from .auth.accounts import AccountStore
 from .auth.identity import Keyring
 from .auth.sessions import SessionStore
 from .payments.operator import add_payments_command, run_payments
-from .settings import Settings, SettingsError
+from .settings import Settings, SettingsError, variable
 from .square.feed import SquareStore
 from .store.connect import connect
+from .store.durable import WAIT_MS, ReplicasBehind
 from .studio.ledger import InsufficientCredits, Ledger, UnknownAccount
 from .studio.works import WorkStore
 
@@ -73,6 +74,15 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
         if args.command == "account":
             return await run_account(args, settings, redis)
         return await _grant(redis, settings, args.email, args.amount, args.note)
+    except ReplicasBehind as err:
+        # Written on the master: running it again could do it twice.
+        print(
+            f"studio: done on the master but confirmed by {err} within"
+            f" {WAIT_MS} ms ({variable('redis_wait_replicas')}): check before"
+            " running it again",
+            file=sys.stderr,
+        )
+        return REFUSED
     except RedisError as err:
         print(f"studio: Redis unavailable: {type(err).__name__}", file=sys.stderr)
         return REFUSED

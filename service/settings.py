@@ -18,11 +18,23 @@ from .limits.limiter import Policy
 from .payments.signing import BadKey, load_private_key, load_public_key
 from .store.connect import CLUSTER_SCHEMES
 
-# config/, content/ and templates/ live inside the package, so a wheel carries them.
 PACKAGE: Final = Path(__file__).resolve().parent
 # The checkout the package sits in (compose.yaml, the tests); not used when installed.
 ROOT: Final = PACKAGE.parent
-DEFAULT_CONFIG: Final = PACKAGE / "config" / "default.toml"
+
+
+def resource_dir(name: str) -> Path:
+    """Find config/, content/ or templates/ in a wheel's package or a checkout.
+
+    The wheel maps them into the package (pyproject.toml's package-dir); a
+    checkout, and its editable install, keeps them at the top level. A path, not
+    importlib.resources: `service.content` is also the name of a module.
+    """
+    packaged = PACKAGE / name
+    return packaged if packaged.is_dir() else ROOT / name
+
+
+DEFAULT_CONFIG: Final = resource_dir("config") / "default.toml"
 ENV_PREFIX: Final = "STUDIO_"
 OVERLAY_VARIABLE: Final = "STUDIO_CONFIG"
 
@@ -184,6 +196,9 @@ class Settings:
     redis_cluster: bool = False
     redis_wait_replicas: int = 0
     account: AccountSettings = AccountSettings()
+    # The operator's content directory, replacing the packaged content/ as a
+    # whole (service/content.py checks it); None: the packaged one.
+    content_dir: Path | None = None
 
     @property
     def https(self) -> bool:
@@ -294,7 +309,19 @@ def _build(raw: Mapping[str, Any]) -> Settings:
             grace_days=_integer(raw, "account.grace_days", 0, 365),
             purge_seconds=_number(raw, "account.purge_seconds", 0.1, 86400.0),
         ),
+        content_dir=_directory(raw, "content_dir"),
     )
+
+
+def _directory(raw: Mapping[str, Any], key: str) -> Path | None:
+    """Return an existing directory (absolute), or None when the setting is empty."""
+    text = _text(raw, key)
+    if not text:
+        return None
+    path = Path(text).absolute()
+    if not path.is_dir():
+        raise SettingsError(f"{variable(key)}: {path} is not a directory")
+    return path
 
 
 def _upstream_key(key: str) -> bool:
@@ -624,3 +651,25 @@ def require_production(settings: Settings) -> None:
         raise SettingsError(f"{variable('redis_url')}: required by serve")
     if not settings.secret_key:
         raise SettingsError(f"{variable('secret_key')}: required by serve")
+    refuse_fake_payments(settings)
+
+
+def refuse_fake_payments(settings: Settings) -> None:
+    """Keep the fake provider (anyone "pays" for nothing) away from real money.
+
+    Only `make run`, the compose stack and the tests turn it on: all on an
+    http:// base_url, without channel keys. `serve` and `worker` refuse more.
+    """
+    if not settings.payments.fake:
+        return
+    name = variable("payments.fake")
+    if settings.https:
+        raise SettingsError(
+            f"{name}: a fake provider takes payments for nothing;"
+            f" not with an https {variable('base_url')}"
+        )
+    if settings.payments.alipay or settings.payments.wechatpay:
+        raise SettingsError(
+            f"{name}: a fake provider takes payments for nothing;"
+            " not with real channel keys (STUDIO_PAYMENTS_ALIPAY_*/WECHATPAY_*)"
+        )

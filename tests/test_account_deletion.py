@@ -355,6 +355,35 @@ async def _text_keys(redis: Redis) -> list[str]:
     return sorted([key.decode() async for key in redis.scan_iter(count=1000)])
 
 
+async def _snapshot(redis: Redis) -> dict[str, tuple[bytes | None, int]]:
+    """Every key but the rate-limit buckets: its serialized value and its PTTL."""
+    keys = [key for key in await _text_keys(redis) if not key.startswith(_BUCKETS)]
+    async with redis.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.dump(key)
+            pipe.pttl(key)
+        replies = await pipe.execute()
+    return {
+        key: (replies[2 * i], int(replies[2 * i + 1])) for i, key in enumerate(keys)
+    }
+
+
+def _assert_unchanged(
+    before: dict[str, tuple[bytes | None, int]],
+    after: dict[str, tuple[bytes | None, int]],
+    elapsed_ms: float,
+) -> None:
+    """The same keys, values byte for byte, lifetimes shorter by the time passed."""
+    assert set(after) == set(before)
+    for key, (value, ttl) in after.items():
+        kept, kept_ttl = before[key]
+        assert value == kept, key
+        if kept_ttl < 0:  # -1: no expiry, and it stays so
+            assert ttl == kept_ttl, key
+        else:
+            assert kept_ttl - elapsed_ms - 5 <= ttl <= kept_ttl, (key, kept_ttl, ttl)
+
+
 async def _assert_purged(
     world: dict[str, Any], redis: Redis, tmp_path: Path, visitor: Client
 ) -> None:
@@ -461,10 +490,11 @@ async def test_the_purge_after_the_grace_period_leaves_only_the_kept_records(
     visitor = await studio()
     await _assert_purged(world, redis, tmp_path, visitor)
     # purging again changes nothing (rate-limit buckets expire on their own clock)
-    before = {key for key in await _text_keys(redis) if not key.startswith(_BUCKETS)}
+    started = time.monotonic()
+    before = await _snapshot(redis)
     await visitor.app[DELETIONS].purge(me)
-    after = {key for key in await _text_keys(redis) if not key.startswith(_BUCKETS)}
-    assert after == before
+    after, elapsed_ms = await _snapshot(redis), (time.monotonic() - started) * 1000
+    _assert_unchanged(before, after, elapsed_ms)
     # a new sign-in with the address opens a new account, without trial credits
     again = await studio()
     await again.post("/api/auth/code", json={"email": world["email"]})

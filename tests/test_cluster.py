@@ -267,19 +267,32 @@ async def test_a_master_failover_loses_no_acknowledged_ledger_entry(
         await wait_for_status(client, first[0]["id"], {"succeeded"})  # worker is up
         acknowledged = await ledger(client)
         dead, successor = await asyncio.to_thread(cluster.fail_over, key)
+        rejoined = False
         try:
             assert successor is not dead
             after = await _until_ok(client, "/api/credits?limit=50")
             kept = {entry["id"]: entry for entry in after["entries"]}
             for entry in acknowledged:
                 assert kept.get(entry["id"]) == entry
-            # the service keeps going on the promoted replica
-            later = await _submit(client, "after")  # 4 live: the per-user cap
+            # the promoted replica has no replica of its own: no debit on it is
+            # acknowledged (503) until the old master rejoins as its replica
+            payload = {"model": "seedream-4", "prompt": "after"}
+            again = {"Idempotency-Key": "after-the-failover"}
+            refused = await client.post("/api/generations", json=payload, headers=again)
+            assert refused.status == 503, await refused.text()
+            assert await refused.json() == {"error": "UNAVAILABLE"}
+            await asyncio.to_thread(cluster.rejoin, dead)
+            rejoined = True
+            # the service keeps going; the retry replays the debit, once
+            retried = await client.post("/api/generations", json=payload, headers=again)
+            assert retried.status == 200, await retried.text()
+            later = await retried.json()  # 4 live: the per-user cap
             for generation in [*first, later]:
                 body = await wait_for_status(client, generation["id"], {"succeeded"})
                 assert body["refunded"] is False
         finally:
-            await asyncio.to_thread(cluster.rejoin, dead)
+            if not rejoined:
+                await asyncio.to_thread(cluster.rejoin, dead)
     entries = await ledger(client)
     assert [e["kind"] for e in entries] == ["grant"] + ["debit"] * 4
     assert sum(e["amount"] for e in entries) == await balance(client) == 76

@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from service.settings import ROOT, load_settings
+from service.settings import ROOT, load_settings, require_production
 
 SCHEMAS = Path(__file__).parent / "schemas"
 
@@ -150,6 +150,9 @@ def test_compose_environment_is_a_valid_production_configuration() -> None:
     assert settings.workbench.media_s3 is not None
     assert settings.workbench.media_s3.bucket == "media"
     assert [str(net) for net in settings.trusted_proxies] == ["172.30.57.0/24"]
+    # serve starts on it: the fake provider is on, on an http:// base_url
+    assert settings.payments.fake
+    require_production(settings)
 
 
 def test_dockerfile_is_slim_non_root_and_checks_healthz() -> None:

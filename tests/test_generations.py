@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import os
 import signal
 from pathlib import Path
@@ -17,8 +18,10 @@ from redis.asyncio import Redis
 
 from service.app import create_app
 from service.store.embedded import MailCatcher, RedisServer
+from service.studio.keys import EVENTS
 
 from .conftest import Client, Env, MakeClient, SettingsFactory
+from .logs import troubles
 from .workbench import (
     balance,
     ledger,
@@ -483,3 +486,25 @@ async def test_the_event_stream_ends_when_its_session_logs_out(
     assert (await client.post("/api/auth/logout")).status == 204
     await asyncio.wait_for(listener, 10)  # the server ended the stream
     assert any(line.startswith("event: credits") for line in lines)
+
+
+async def test_a_client_gone_before_an_event_is_a_quiet_end_of_its_stream(
+    studio: MakeClient, mail_server: MailCatcher, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Leaving is how every stream ends: a debug line, not "store unavailable"."""
+    client = await studio()
+    me = await sign_in(client, mail_server)
+    caplog.set_level(logging.DEBUG)
+    async with client.get("/api/events") as response:
+        assert response.status == 200
+        assert (await response.content.readline()).startswith(b"id: ")
+        response.close()  # the client goes away with the stream open
+    await asyncio.sleep(0.1)  # the server learns of it only when it writes
+    hub = client.app[EVENTS]
+    hub.signal(me["id"], {"event": "credits", "data": {"balance": 1}})
+    for _ in range(250):
+        if "event stream" in caplog.text or troubles(caplog):
+            break
+        await asyncio.sleep(0.02)
+    assert troubles(caplog) == []
+    assert "event stream closed by the client" in caplog.text

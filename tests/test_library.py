@@ -25,7 +25,7 @@ from service.studio.ledger import Ledger
 from service.studio.media.store import DirectoryStore, new_key
 from service.studio.worker import _succeed_args
 
-from .conftest import TEST_SECRET, Client, SettingsFactory
+from .conftest import TEST_SECRET, Client, SettingsFactory, forget_limits
 from .processes import studio_environ
 from .workbench import Finished, sign_in, studio_command
 
@@ -398,3 +398,34 @@ async def test_a_published_work_has_a_page_that_previews_when_shared(
     assert "Disallow: /square" not in robots
     sitemap = await (await client.get("/sitemap.xml")).text()
     assert "/square/" not in sitemap
+
+
+async def test_a_report_repeated_at_once_by_the_one_who_hid_the_work_is_always_204(
+    make_client: Factory, mail_server: MailCatcher, redis: Redis, tmp_path: Path
+) -> None:
+    """The hiding report and its repeats race: each finds the work, counts once."""
+    owner = await make_client()
+    me = await sign_in(owner, mail_server)
+    works = await make_works(redis, tmp_path, me["id"], 3)
+    reporters = [await make_client() for _ in range(4)]
+    for reporter in reporters:
+        await sign_in(reporter, mail_server)
+    for work in works:
+        await owner.post(f"/api/works/{work['id']}/publish")
+        path = f"/api/works/{work['id']}/report"
+        for early in reporters[:2]:
+            assert (await early.post(path, json={"reason": "spam"})).status == 204
+        await forget_limits(redis)  # 20 reports an hour, 10 at once: not the point
+        answers = await asyncio.gather(
+            *(reporters[2].post(path, json={"reason": "spam"}) for _ in range(8))
+        )
+        assert [answer.status for answer in answers] == [204] * 8
+        assert work["id"] not in await _square_ids(owner)
+        reports = f"studio:acct:{{{me['id']}}}:work:{work['id']}:reports"
+        assert await redis.scard(reports) == 3  # each reporter once
+        # Later: a repeat still answers 204; to a new reporter the work is gone.
+        again = await reporters[2].post(path, json={"reason": "spam"})
+        assert again.status == 204
+        late = await reporters[3].post(path, json={"reason": "spam"})
+        assert late.status == 404
+        assert await redis.scard(reports) == 3

@@ -8,14 +8,17 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import tomllib
 import urllib.request
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from service.settings import PACKAGE, ROOT
+from service.content import CONTENT_DIR
+from service.settings import DEFAULT_CONFIG, PACKAGE, ROOT
 from service.store.embedded import RedisServer, free_port
+from service.web.setup import TEMPLATES_DIR
 
 from .conftest import TEST_SECRET
 from .processes import studio_environ, wait_until_healthy
@@ -32,6 +35,24 @@ def _run(*command: str | Path, cwd: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def _dockerfile_sources() -> list[str]:
+    """Name what the Dockerfile's build stage copies from the checkout."""
+    names: list[str] = []
+    for line in (ROOT / "Dockerfile").read_text().splitlines():
+        if line.startswith("FROM ") and names:
+            break
+        if line.startswith("COPY ") and "--from=" not in line:
+            names += line.split()[1:-1]
+    return names
+
+
+def _mapped_dirs() -> dict[str, str]:
+    """Return pyproject.toml's package-dir: package name -> checkout directory."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    mapping: dict[str, str] = project["tool"]["setuptools"]["package-dir"]
+    return mapping
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Build the wheel offline from a copy of what the Dockerfile copies."""
@@ -39,11 +60,13 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     source = work / "source"
     source.mkdir()
     # A copy, so the build's scratch (build/, *.egg-info) stays out of the checkout.
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    shutil.copytree(
-        PACKAGE, source / "service", ignore=shutil.ignore_patterns("__pycache__")
-    )
+    for name in _dockerfile_sources():
+        if (ROOT / name).is_dir():
+            shutil.copytree(
+                ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__")
+            )
+        else:
+            shutil.copy(ROOT / name, source / name)
     dist = work / "dist"
     _run(
         sys.executable,
@@ -102,17 +125,68 @@ def test_the_wheel_carries_every_file_the_package_reads(wheel: Path) -> None:
     """Config, content, templates, static files and Lua scripts are all inside."""
     names = set(zipfile.ZipFile(wheel).namelist())
     wanted = {
-        path.relative_to(ROOT).as_posix()
-        for path in PACKAGE.rglob("*")
+        package.replace(".", "/") + "/" + path.relative_to(ROOT / folder).as_posix()
+        for package, folder in _mapped_dirs().items()
+        for path in (ROOT / folder).rglob("*")
         if path.is_file() and "__pycache__" not in path.parts
     }
     assert wanted - names == set()
     assert {
+        "service/__main__.py",
         "service/config/default.toml",
         "service/content/site.toml",
+        "service/content/models.toml",
         "service/templates/base.html",
+        "service/static/studio/app.js",
         "service/limits/lua/gcra.lua",
     } <= names
+
+
+def test_the_checkout_keeps_config_content_and_templates_at_the_top_level() -> None:
+    """The checkout reads its top-level copies, and has no stale one in the package."""
+    mapped = {
+        package.removeprefix("service."): folder
+        for package, folder in _mapped_dirs().items()
+        if package != "service"
+    }
+    assert mapped == {
+        "config": "config",
+        "content": "content",
+        "templates": "templates",
+    }
+    for name in mapped:
+        assert not (PACKAGE / name).exists(), name
+    assert DEFAULT_CONFIG == ROOT / "config" / "default.toml"
+    assert CONTENT_DIR == ROOT / "content"
+    assert TEMPLATES_DIR == ROOT / "templates"
+
+
+def test_the_installed_wheel_reads_its_packaged_copies(
+    venv: Path, tmp_path: Path
+) -> None:
+    """Installed, config, content and templates come from inside the package."""
+    isolated = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    script = (
+        "from service.web.setup import TEMPLATES_DIR; from service.content import"
+        " CONTENT_DIR; from service.settings import DEFAULT_CONFIG, PACKAGE;"
+        " print(PACKAGE); print(DEFAULT_CONFIG); print(CONTENT_DIR);"
+        " print(TEMPLATES_DIR)"
+    )
+    lines = subprocess.run(
+        [venv / "bin" / "python", "-c", script],
+        cwd=tmp_path,
+        env=isolated,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    package = Path(lines[0])
+    assert package.is_relative_to(venv), package
+    assert [Path(line) for line in lines[1:]] == [
+        package / "config" / "default.toml",
+        package / "content",
+        package / "templates",
+    ]
 
 
 def test_the_installed_wheel_serves_from_an_empty_directory(

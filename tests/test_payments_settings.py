@@ -111,6 +111,52 @@ def test_serve_refuses_half_a_channel_with_one_line() -> None:
     ]
 
 
+@pytest.mark.parametrize("command", ["serve", "worker"])
+@pytest.mark.parametrize(
+    ("variables", "said"),
+    [
+        pytest.param(
+            {"STUDIO_BASE_URL": "https://studio.example.com"},
+            "not with an https STUDIO_BASE_URL",
+            id="https",
+        ),
+        pytest.param(
+            provider_environ(fake_keys(), "https://pay.example.com"),
+            "not with real channel keys",
+            id="channel-keys",
+        ),
+    ],
+)
+def test_a_production_process_refuses_the_fake_provider(
+    redis_server: RedisServer, command: str, variables: dict[str, str], said: str
+) -> None:
+    """Where real money could be asked for, anyone could "pay" for nothing: exit 2."""
+    environ = studio_environ(
+        STUDIO_REDIS_URL=redis_server.url,
+        STUDIO_SECRET_KEY=TEST_SECRET,
+        STUDIO_PORT=str(free_port()),
+        STUDIO_PAYMENTS_FAKE="1",
+        **variables,
+    )
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "service", command],
+            cwd=ROOT,
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=15,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{command} started with STUDIO_PAYMENTS_FAKE=1")
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("studio: configuration error: STUDIO_PAYMENTS_FAKE: ")
+    assert said in lines[0]
+    assert "Traceback" not in result.stderr + result.stdout
+
+
 def test_serve_warns_when_the_fake_provider_is_on(redis_server: RedisServer) -> None:
     """STUDIO_PAYMENTS_FAKE=1: a warning at start, both channels offered."""
     variables = {

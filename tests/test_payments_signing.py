@@ -13,6 +13,7 @@ from hypothesis import given, settings, strategies as st
 from wechatpayv3.utils import aes_decrypt, rsa_sign, rsa_verify
 
 from service.payments import signing
+from service.payments.providers import wechatpay
 
 
 @functools.cache
@@ -142,18 +143,39 @@ def alipay_sdk() -> AliPay:
 @settings(max_examples=25, deadline=None)
 @given(st.text())
 def test_the_sdks_and_we_agree_on_rsa2_signatures(text: str) -> None:
-    """python-alipay-sdk (pycryptodome) and wechatpayv3 check ours, and we theirs."""
+    """python-alipay-sdk (pycryptodome) checks ours, and we the SDK's."""
     sdk = alipay_sdk()
     ours = signing.sign(key(), text.encode())
     assert sdk._verify(text, ours)
     assert signing.verify(key().public_key(), text.encode(), sdk._sign(text))
-    theirs = rsa_sign(key(), f"1700000000\nNONCE\n{text}\n")
-    assert theirs == signing.sign(key(), f"1700000000\nNONCE\n{text}\n".encode())
-    assert rsa_verify("1700000000", "NONCE", text, ours, key().public_key()) == (
-        signing.verify(
-            key().public_key(), f"1700000000\nNONCE\n{text}\n".encode(), ours
-        )
-    )
+
+
+def _changed(text: str) -> str:
+    """The text with one byte of it changed (or one added to an empty one)."""
+    if not text:
+        return "x"
+    return text[:-1] + ("y" if text[-1] == "x" else "x")
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.text())
+def test_wechatpayv3_and_we_agree_on_a_framed_wechat_signature(text: str) -> None:
+    """Timestamp, nonce and body framed as WeChat Pay signs them: both say yes.
+
+    Signed by us over our framing, by wechatpayv3 over its own: the same
+    signature, which both verifications accept, and both refuse for a body
+    with one byte changed.
+    """
+    public = key().public_key()
+    framed = wechatpay.message("1700000000", "NONCE", text.encode())
+    ours = signing.sign(key(), framed)
+    assert rsa_sign(key(), f"1700000000\nNONCE\n{text}\n") == ours
+    assert rsa_verify("1700000000", "NONCE", text, ours, public) is True
+    assert signing.verify(public, framed, ours) is True
+    changed = _changed(text)
+    assert rsa_verify("1700000000", "NONCE", changed, ours, public) is False
+    reframed = wechatpay.message("1700000000", "NONCE", changed.encode())
+    assert signing.verify(public, reframed, ours) is False
 
 
 API_V3_KEY = "0123456789abcdef0123456789ABCDEF"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 import struct
 import zlib
 from pathlib import Path
@@ -19,6 +20,7 @@ from service.app import create_app
 from service.store.embedded import MailCatcher
 
 from .conftest import Client, SettingsFactory
+from .logs import troubles
 from .workbench import sign_in
 
 
@@ -131,6 +133,47 @@ async def test_the_wrong_shape_of_request_is_refused(signed_in: Client) -> None:
     response = await signed_in.post("/api/uploads", data=_form(_png(8, 8), "image"))
     assert response.status == 400
     assert await response.json() == {"error": "BAD_REQUEST", "field": "file"}
+
+
+# A canary in each malformed header: the log must not quote what the client sent.
+CANARY = b"canary-7f3e"
+MALFORMED_PART_HEADERS = {
+    "a line without a colon": b"Content-Disposition form-data " + CANARY,
+    "a NUL in the name": b'Content-Disposition: form-data; name="fi\x00le'
+    + CANARY
+    + b'"',
+    "a control byte in a value": b"X-Note: " + CANARY + b"\x01",
+    "a line over 8,190 bytes": b"X-Note: " + CANARY + b"a" * 8_200,
+    "a bare CR in a value": b"X-Note: a\rb" + CANARY,
+    "a space before the colon": b"X-Note : " + CANARY,
+    "a malformed disposition": b"Content-Disposition: form-data; name="
+    + CANARY
+    + b" x",
+}
+
+
+@pytest.mark.parametrize(
+    "header", MALFORMED_PART_HEADERS.values(), ids=list(MALFORMED_PART_HEADERS)
+)
+async def test_a_malformed_part_header_is_a_400_and_the_log_quotes_none_of_it(
+    signed_in: Client, caplog: pytest.LogCaptureFixture, header: bytes
+) -> None:
+    """aiohttp's multipart parser raises HttpProcessingError: the client's fault."""
+    caplog.set_level(logging.DEBUG)
+    body = (
+        b"--x\r\n" + header + b"\r\n"
+        b'Content-Disposition: form-data; name="file"; filename="a.png"\r\n'
+        b"Content-Type: image/png\r\n\r\n" + _png(8, 8) + b"\r\n--x--\r\n"
+    )
+    response = await signed_in.post(
+        "/api/uploads",
+        data=body,
+        headers={"Content-Type": "multipart/form-data; boundary=x"},
+    )
+    assert response.status == 400
+    assert (await response.json())["error"] == "BAD_REQUEST"
+    assert troubles(caplog) == []
+    assert CANARY.decode() not in caplog.text
 
 
 @settings(

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
+import secrets
 import time
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -12,15 +14,19 @@ from urllib.parse import parse_qsl, urlencode
 import pytest
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 from redis.asyncio import Redis
+from yarl import URL
 
 from service.metrics import METRICS
+from service.payments import signing
 from service.payments.fake import Delivery, FakeGateway, trade_key
 from service.payments.keys import ORDERS
 from service.payments.orders import order_key
+from service.payments.providers import alipay, wechatpay
 from service.store.embedded import MailCatcher
 
 from .chaos import HangingProxy
 from .conftest import SettingsFactory
+from .logs import crashes
 from .payments import fake_keys, other_keys
 from .shop import Shop, buy, checkout_page, credits, get_order, open_shop, pay
 from .workbench import sign_in
@@ -405,3 +411,218 @@ async def test_the_event_stream_sends_the_order_when_it_is_paid(
         "refunded_yuan", "created_at", "paid_at", "expires_at",
     }  # fmt: skip
     assert ("credits", {"balance": 400}) in events
+
+
+async def raw_post(
+    base_url: str, path: str, head: bytes, body: bytes
+) -> tuple[int, bytes]:
+    """POST with header bytes no HTTP client would send; the status and body."""
+    url = URL(base_url)
+    assert url.host is not None
+    assert url.port is not None
+    reader, writer = await asyncio.open_connection(url.host, url.port)
+    writer.write(
+        f"POST {path} HTTP/1.1\r\nHost: {url.host}\r\nConnection: close\r\n".encode()
+        + head
+        + f"Content-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    answer = await reader.read()
+    writer.close()
+    await writer.wait_closed()
+    status_line, _, rest = answer.partition(b"\r\n")
+    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"Wechatpay-Timestamp",
+        b"Wechatpay-Nonce",
+        b"Wechatpay-Signature",
+        b"Wechatpay-Serial",
+        b"Wechatpay-Signature-Type",
+    ],
+)
+async def test_undecodable_wechat_header_bytes_are_refused_with_a_400(
+    shop: Shop, caplog: pytest.LogCaptureFixture, header: bytes
+) -> None:
+    """A non-UTF-8 byte in a signed header, with the (public) serial: 400, no crash."""
+    keys = fake_keys()
+    fields = {
+        b"Content-Type": b"application/json",
+        b"Wechatpay-Serial": keys.public_key_id.encode(),
+        b"Wechatpay-Timestamp": str(int(time.time())).encode(),
+        b"Wechatpay-Nonce": b"0123456789ABCDEF",
+        b"Wechatpay-Signature": b"AAAA",
+        b"Wechatpay-Signature-Type": wechatpay.SCHEME.encode(),
+    }
+    fields[header] = fields[header] + b"\xff\xfe"
+    head = b"".join(name + b": " + value + b"\r\n" for name, value in fields.items())
+    status, answer = await raw_post(shop.base_url, "/webhooks/wechatpay", head, b"{}")
+    assert (status, json.loads(answer)) == (400, {"error": "BAD_SIGNATURE"})
+    assert await balance(shop) == 100
+    assert not crashes(caplog)
+
+
+def signed_wechat_notice(
+    shop: Shop, event: dict[str, Any], resource: dict[str, Any], stamp: str
+) -> Delivery:
+    """A WeChat notice signed with the provider's key, any text as its timestamp.
+
+    JSON with ASCII escapes, so a lone surrogate travels as \\ud800, as any
+    JSON encoder may send it; a string value "digits:N" becomes N digits.
+    """
+    keys = shop.gateway.keys
+    nonce = secrets.token_hex(6)
+    event = {
+        "id": f"EV-{secrets.token_hex(10)}",
+        "resource_type": "encrypt-resource",
+        "event_type": "TRANSACTION.SUCCESS",
+        **event,
+        "resource": {
+            "original_type": "transaction",
+            "algorithm": "AEAD_AES_256_GCM",
+            "ciphertext": signing.aes_gcm_encrypt(
+                signing.aes_key(keys.apiv3_key),
+                nonce,
+                _with_digits(json.dumps(resource)).encode(),
+                "transaction",
+            ),
+            "associated_data": "transaction",
+            "nonce": nonce,
+        },
+    }
+    body = _with_digits(json.dumps(event)).encode()
+    once = wechatpay.nonce()
+    platform = signing.load_private_key(keys.platform_private_pem)
+    signature = signing.sign(platform, wechatpay.message(stamp, once, body))
+    headers = {
+        "Content-Type": "application/json",
+        "Wechatpay-Timestamp": stamp,
+        "Wechatpay-Nonce": once,
+        "Wechatpay-Signature": signature,
+        "Wechatpay-Serial": keys.public_key_id,
+        "Wechatpay-Signature-Type": wechatpay.SCHEME,
+    }
+    return Delivery(url=NOWHERE, headers=headers, body=body)
+
+
+def _with_digits(text: str) -> str:
+    """Write "digits:N" as a number of N digits (json.dumps refuses such an int)."""
+    return re.sub(r"\"digits:([0-9]+)\"", lambda m: "7" * int(m.group(1)), text)
+
+
+@pytest.mark.parametrize(
+    ("event", "resource", "stamp"),
+    [
+        pytest.param({}, {"out_trade_no": "\ud800"}, "", id="order-id-surrogate"),
+        pytest.param({"id": "EV-\udfff"}, {}, "", id="event-id-surrogate"),
+        pytest.param({}, {"transaction_id": "4200\ud83d"}, "", id="trade-no-surrogate"),
+        pytest.param({}, {}, "\u00b2", id="stamp-superscript-two"),
+        pytest.param({}, {}, "\u0661\u0667", id="stamp-arabic-digits"),
+        pytest.param({}, {}, "1" * 5000, id="stamp-5000-digits"),
+        pytest.param(
+            {}, {"amount": {"total": "digits:5000"}}, "", id="total-5000-digits"
+        ),
+    ],
+)
+async def test_a_signed_wechat_notice_with_hostile_text_is_a_bad_request(
+    shop: Shop,
+    redis: Redis,
+    caplog: pytest.LogCaptureFixture,
+    event: dict[str, Any],
+    resource: dict[str, Any],
+    stamp: str,
+) -> None:
+    """Signed, but text no store takes or no clock reads: 400, nothing moves."""
+    oid, _ = await held_payment(shop, redis, "wechatpay")
+    trade = await shop.gateway.trade(oid)
+    assert trade is not None
+    paid = {**_paid_resource(shop.gateway, oid, trade), **resource}
+    notice = signed_wechat_notice(shop, event, paid, stamp or str(int(time.time())))
+    status, answer = await deliver(shop, notice)
+    assert (status, json.loads(answer)) == (400, {"error": "BAD_REQUEST"})
+    assert await balance(shop) == 100
+    assert await stored_status(redis, oid) == "created"
+    assert not crashes(caplog)
+    # The same payment, told plainly, still credits.
+    fine = signed_wechat_notice(
+        shop, {}, _paid_resource(shop.gateway, oid, trade), str(int(time.time()))
+    )
+    assert acknowledged("wechatpay", *await deliver(shop, fine))
+    assert await balance(shop) == 100 + 1060
+
+
+def signed_alipay_form(shop: Shop, delivery: Delivery, **changes: str) -> Delivery:
+    """An Alipay notice with some fields changed, signed again with Alipay's key."""
+    form = {**_alipay_form(delivery), **changes}
+    form["sign"] = signing.sign(
+        signing.load_private_key(shop.gateway.keys.alipay_private_pem),
+        alipay.notice_content(form).encode(),
+    )
+    return dataclasses.replace(delivery, body=urlencode(form).encode())
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        pytest.param({"total_amount": "9٨.٠٠"}, id="arabic-digits"),
+        pytest.param({"total_amount": "9" * 5000}, id="5000-digits"),
+        pytest.param({"refund_fee": "0.٠١"}, id="refund-arabic-digits"),
+    ],
+)
+async def test_a_signed_alipay_notice_with_foreign_digits_is_a_bad_request(
+    shop: Shop, redis: Redis, caplog: pytest.LogCaptureFixture, changes: dict[str, str]
+) -> None:
+    """Amounts are ASCII digits: int() would also read "9٨" as 98 and pay with it."""
+    oid, delivery = await held_payment(shop, redis, "alipay")
+    status, answer = await deliver(shop, signed_alipay_form(shop, delivery, **changes))
+    assert (status, json.loads(answer)) == (400, {"error": "BAD_REQUEST"})
+    assert await balance(shop) == 100
+    assert await stored_status(redis, oid) == "created"
+    assert not crashes(caplog)
+    assert acknowledged("alipay", *await deliver(shop, delivery))
+    assert await balance(shop) == 100 + 1060
+
+
+async def test_an_alipay_form_that_is_not_utf_8_is_a_bad_request(
+    shop: Shop, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An encoded lone surrogate (CESU bytes) never becomes text: 400 BAD_REQUEST."""
+    response = await shop.client.post(
+        "/webhooks/alipay",
+        data=b"out_trade_no=%ED%A0%80&notify_id=1&sign=AAAA",
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert (response.status, await response.json()) == (
+        400,
+        {"error": "BAD_REQUEST"},
+    )
+    assert not crashes(caplog)
+
+
+async def test_a_signature_covers_the_header_bytes_as_sent(
+    shop: Shop, redis: Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Signed over a timestamp with a non-UTF-8 byte: verified, then 400 BAD_REQUEST."""
+    oid, _ = await held_payment(shop, redis, "wechatpay")
+    trade = await shop.gateway.trade(oid)
+    assert trade is not None
+    notice = shop.gateway.wechat_paid_notice(oid, trade)
+    stamp = notice.headers["Wechatpay-Timestamp"].encode() + b"\xff"
+    once = notice.headers["Wechatpay-Nonce"].encode()
+    platform = signing.load_private_key(shop.gateway.keys.platform_private_pem)
+    signature = signing.sign(platform, wechatpay.message(stamp, once, notice.body))
+    fields = {
+        **{k.encode(): v.encode() for k, v in notice.headers.items()},
+        b"Wechatpay-Timestamp": stamp,
+        b"Wechatpay-Signature": signature.encode(),
+    }
+    head = b"".join(name + b": " + value + b"\r\n" for name, value in fields.items())
+    status, answer = await raw_post(
+        shop.base_url, "/webhooks/wechatpay", head, notice.body
+    )
+    assert (status, json.loads(answer)) == (400, {"error": "BAD_REQUEST"})
+    assert await balance(shop) == 100
+    assert not crashes(caplog)

@@ -15,12 +15,12 @@ from aiohttp import hdrs, web
 from ..api.boundary import ApiBoundary
 from ..api.errors import ApiError
 from ..api.payloads import json_response, read_idempotency, read_json
+from ..api.query import bad_field, list_params, read_cursor
 from ..auth.sessions import SESSION, anonymous
 from ..keys import CONTENT, REDIS, SETTINGS
 from ..limits.client_ip import client_address
 from ..limits.http import enforce
 from ..metrics import METRICS
-from ..studio.endpoints import bad_field, list_params, read_cursor
 from ..studio.ledger import AccountDeleting, UnknownAccount, account_key
 from . import orders
 from .keys import ORDERS, PROVIDERS

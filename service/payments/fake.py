@@ -473,11 +473,12 @@ class FakeGateway:
             request.headers.get("Authorization", "")
         )
         stamp = fields.get("timestamp", "")
+        seconds = wechatpay.epoch(stamp)
         if (
             fields.get("mchid") != self.keys.mchid
             or fields.get("serial_no") != self.keys.serial
-            or not stamp.isdigit()
-            or abs(time.time() - int(stamp)) >= wechatpay.WINDOW
+            or seconds is None
+            or abs(time.time() - seconds) >= wechatpay.WINDOW
         ):
             return False
         path = request.raw_path.removeprefix(f"{PREFIX}/wechatpay")

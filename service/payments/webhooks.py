@@ -19,7 +19,8 @@ from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 from aiohttp.web_protocol import RequestPayloadError
 
-from ..api.errors import UNAVAILABLE_RETRY_AFTER
+from ..api.codings import body_coding, decode_body
+from ..api.errors import UNAVAILABLE_RETRY_AFTER, ApiError
 from ..keys import REDIS
 from ..metrics import METRICS
 from ..store.connect import STORE_ERRORS
@@ -72,6 +73,10 @@ async def _body(request: web.Request) -> bytes:
     """Read the raw body (signatures cover its exact bytes), at most 64 KiB."""
     if (request.content_length or 0) > MAX_NOTICE_BYTES:
         raise _Refused(413, "PAYLOAD_TOO_LARGE")
+    try:
+        coding = body_coding(request)
+    except ApiError as err:
+        raise _Refused(err.status, err.code) from None
     chunks: list[bytes] = []
     size = 0
     try:
@@ -85,7 +90,10 @@ async def _body(request: web.Request) -> bytes:
         raise _Refused(408, "REQUEST_TIMEOUT") from None
     except RequestPayloadError:
         raise _Refused(400, "BAD_REQUEST") from None
-    return b"".join(chunks)
+    try:
+        return decode_body(b"".join(chunks), coding, MAX_NOTICE_BYTES)
+    except ApiError as err:
+        raise _Refused(err.status, err.code) from None
 
 
 def notice_handler(provider_id: str) -> Handler:

@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 
 from ..api.boundary import ApiBoundary
 from ..api.errors import ApiError
+from ..api.query import read_limit
 from ..auth.sessions import anonymous
 from ..limits.keys import DEGRADED, READ_ALONG
 from ..store.deadline import within
@@ -27,8 +28,6 @@ from ..store.deadline import within
 # All square keys share one hash tag, so every write is one atomic step on Cluster too.
 PREFIX: Final = "studio:square:{square}"
 VERSION: Final = f"{PREFIX}:version"
-DEFAULT_LIMIT: Final = 20
-MAX_LIMIT: Final = 50
 CACHE_CONTROL: Final = "max-age=10"
 # Reads are cached in process: fresh for FRESH seconds while the square's version
 # (bumped by every removal) is unchanged; while Redis is down or slow (no answer
@@ -348,14 +347,6 @@ def _now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def _limit(raw: str | None) -> int:
-    if raw is None:
-        return DEFAULT_LIMIT
-    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_LIMIT:
-        raise ApiError(400, "BAD_REQUEST", field="limit")
-    return int(raw)
-
-
 def _json(body: bytes) -> web.Response:
     return web.Response(
         body=body,
@@ -381,7 +372,7 @@ async def list_square(request: web.Request) -> web.StreamResponse:
     for name in query:
         if name not in _QUERY or len(query.getall(name)) > 1:
             raise ApiError(400, "BAD_REQUEST", field=name)
-    limit = _limit(query.get("limit"))
+    limit = read_limit(query.get("limit"))
     sort = query.get("sort", "new")
     if sort not in ("new", "top"):
         raise ApiError(400, "BAD_REQUEST", field="sort")

@@ -9,13 +9,22 @@ from typing import Any, Final, cast
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.commands.core import AsyncScript
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisError
 
 from .connect import is_cluster
 
 _LOGGER: Final = logging.getLogger(__name__)
-# How long one script waits for its replicas before it is answered anyway.
+# How long one script waits for its replicas before it is refused.
 WAIT_MS: Final = 500
+
+
+class ReplicasBehind(RedisError):
+    """Fewer replicas than asked confirmed a write in time: not acknowledged.
+
+    A RedisError, so every boundary answers it as the store being unavailable
+    (503 UNAVAILABLE with Retry-After, a notice left for its resend, a job run
+    again after its lease).
+    """
 
 
 class DurableScripts:
@@ -26,8 +35,10 @@ class DurableScripts:
     ledger entry the client was told about. WAIT counts the replicas that
     acknowledged every write of the connection so far, so it goes in the same
     pipeline as the script (one connection, one round trip; on a cluster, to
-    the node of the script's slot). A replica that does not answer in WAIT_MS
-    is logged and the script is answered anyway: its writes are on the master.
+    the node of the script's slot). Fewer replicas than asked in WAIT_MS is
+    ReplicasBehind: the change is on the master but not acknowledged, so the
+    caller answers 503 and the client's retry (with its Idempotency-Key, or
+    the provider's resend of a notice) finds it done and moves nothing twice.
     With 0 replicas this is a plain script call.
     """
 
@@ -48,12 +59,14 @@ class DurableScripts:
         if isinstance(reply, Exception):
             raise reply
         if isinstance(acked, Exception) or int(acked) < self.replicas:
+            reached = "?" if isinstance(acked, Exception) else str(acked)
             _LOGGER.warning(
-                "a ledger write reached %s of %d replicas in %d ms",
-                "?" if isinstance(acked, Exception) else acked,
+                "a ledger write reached %s of %d replicas in %d ms: not acknowledged",
+                reached,
                 self.replicas,
                 WAIT_MS,
             )
+            raise ReplicasBehind(f"{reached} of {self.replicas} replicas")
         return reply
 
     async def _run_and_wait(

@@ -12,10 +12,12 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from aiohttp import hdrs, web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.multipart import BodyPartReader
 from aiohttp_sse import sse_response
-from multidict import MultiMapping
 
 from ..api.boundary import ApiBoundary
+from ..api.codings import body_coding
 from ..api.errors import ApiError
 from ..api.payloads import (
     UPLOAD_READ_SECONDS,
@@ -24,11 +26,13 @@ from ..api.payloads import (
     read_idempotency,
     read_json,
 )
+from ..api.query import bad_field, list_params, read_cursor
 from ..auth.sessions import SESSION, anonymous
 from ..content import Model
 from ..keys import CLOCK, CONTENT, SETTINGS
 from ..limits.http import enforce
 from ..metrics import METRICS
+from ..web.hardening import BAD_DISPOSITION
 from ..web.keys import SECURITY
 from .events import CLOSE
 from .generations import (
@@ -53,50 +57,23 @@ from .media.images import InvalidImage, inspect_image
 from .media.store import new_key
 
 _LOGGER: Final = logging.getLogger(__name__)
-DEFAULT_LIMIT: Final = 20
-MAX_LIMIT: Final = 50
 MAX_UPLOAD_BYTES: Final = 10 * 1024 * 1024
 # Multipart framing around the file: boundaries and part headers.
 _MULTIPART_SLACK: Final = 64 * 1024
 HEARTBEAT_SECONDS: Final = 15.0
+# What aiohttp's multipart reader raises on a form a client got wrong.
+_MALFORMED_FORM: Final = (
+    ValueError,
+    AssertionError,
+    RuntimeError,
+    HttpProcessingError,
+    *BAD_DISPOSITION,
+)
 # Routes whose handlers charge a per-account write limit (headers on every answer).
 ACCOUNT_LIMITED: Final = frozenset({"uploads"})
 _SUBMIT_FIELDS: Final = frozenset(
     {"negative_prompt", "size", "count", "seed", "reference"}
 )
-
-
-def bad_field(name: str) -> ApiError:
-    """Name the field a request got wrong."""
-    return ApiError(400, "BAD_REQUEST", field=name)
-
-
-def list_params(query: MultiMapping[str], allowed: frozenset[str]) -> tuple[int, str]:
-    """Read `limit` (1-50, 20) and `cursor` strictly; refuse any other parameter."""
-    for name in query:
-        if name not in allowed | {"limit", "cursor"}:
-            raise bad_field(name)
-    if len(query) != len(set(query)):
-        raise bad_field(next(n for n in query if len(query.getall(n)) > 1))
-    raw = query.get("limit")
-    limit = DEFAULT_LIMIT
-    if raw is not None:
-        if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_LIMIT:
-            raise bad_field("limit")
-        limit = int(raw)
-    return limit, query.get("cursor", "")
-
-
-def read_cursor(cursor: str, prefix: str) -> int | None:
-    """Read a cursor given earlier (`<prefix><n>`), or refuse it."""
-    if not cursor:
-        return None
-    number = cursor.removeprefix(prefix)
-    if number == cursor or not (number.isascii() and number.isdigit()):
-        raise bad_field("cursor")
-    if len(number) > 18 or int(number) < 1:
-        raise bad_field("cursor")
-    return int(number)
 
 
 def _account(request: web.Request) -> str:
@@ -338,6 +315,7 @@ async def upload(request: web.Request) -> web.StreamResponse:
     app = request.config_dict
     if request.content_type != "multipart/form-data":
         raise ApiError(415, "UNSUPPORTED_MEDIA_TYPE")
+    body_coding(request, taken=frozenset())  # an image is compressed already
     if (request.content_length or 0) > MAX_UPLOAD_BYTES + _MULTIPART_SLACK:
         raise ApiError(413, "TOO_LARGE")
     account = _account(request)
@@ -380,23 +358,29 @@ async def upload(request: web.Request) -> web.StreamResponse:
 
 
 async def _read_file_part(request: web.Request) -> bytes:
-    """Read exactly one part named `file`, at most 10 MiB, in chunks, within 120 s."""
+    """Read exactly one part named `file`, at most 10 MiB, in chunks, within 120 s.
+
+    A malformed part header (no colon, a control byte, over 8,190 bytes) is
+    aiohttp's HttpProcessingError, a malformed Content-Disposition its warning
+    raised (`setup_log_hygiene`, as pytest does): the client's fault, a 400 that
+    echoes none of it.
+    """
     try:
         async with body_deadline(request, UPLOAD_READ_SECONDS):
             reader = await request.multipart()
             part = await reader.next()
-            if part is None or getattr(part, "name", None) != "file":
+            if not isinstance(part, BodyPartReader) or part.name != "file":
                 raise ApiError(400, "BAD_REQUEST", field="file")
             chunks, size = [], 0
-            while chunk := await part.read_chunk(65536):  # type: ignore[union-attr]
+            while chunk := await part.read_chunk(65536):
                 size += len(chunk)
                 if size > MAX_UPLOAD_BYTES:
                     raise ApiError(413, "TOO_LARGE")
                 chunks.append(chunk)
             if await reader.next() is not None:
                 raise ApiError(400, "BAD_REQUEST", field="file")
-    except (ValueError, AssertionError, RuntimeError) as err:
-        raise ApiError(400, "BAD_REQUEST") from err
+    except _MALFORMED_FORM:
+        raise ApiError(400, "BAD_REQUEST") from None
     return b"".join(chunks)
 
 
@@ -421,12 +405,12 @@ async def events(request: web.Request) -> web.StreamResponse:
                 counter += 1
                 await stream.send(json.dumps(data), id=str(counter), event=event)
 
-            await send("credits", {"balance": page.balance})
-            for fields in sorted(active, key=lambda f: int(f.get("n", "0"))):
-                await send("generation", view(fields))
             closed = asyncio.ensure_future(stream.wait())
             getter: asyncio.Future[dict[str, Any]] | None = None
             try:
+                await send("credits", {"balance": page.balance})
+                for fields in sorted(active, key=lambda f: int(f.get("n", "0"))):
+                    await send("generation", view(fields))
                 while True:
                     getter = asyncio.ensure_future(queue.get())
                     done, _ = await asyncio.wait(
@@ -448,6 +432,8 @@ async def events(request: web.Request) -> web.StreamResponse:
                     elif (shown := app[EVENT_VIEWS].get(name)) is not None:
                         data = shown(data)
                     await send(name, data)
+            except ConnectionResetError:  # the client left: the stream's normal end
+                _LOGGER.debug("event stream closed by the client on %s", request.path)
             finally:
                 for pending in (closed, getter):
                     if pending is not None and not pending.done():

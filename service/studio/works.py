@@ -166,11 +166,19 @@ class WorkStore:
 
     async def report(self, me: str, wid: str, threshold: int) -> None:
         """Count a distinct reporter; at the threshold the work leaves the square."""
-        owner = await self.owner_of(me, wid)
+        try:
+            owner = await self.owner_of(me, wid)
+        except WorkNotFound:  # hidden by reports: a repeat of mine still counts once
+            hidden = await self._redis.hget(HIDDEN, wid)
+            if hidden is None:
+                raise
+            owner = text(hidden)
         reply = await self._run(owner, "report", wid, me, threshold)
         if text(reply[0]) == "HIDE":
+            # Whose it is is kept before it leaves the square, so a report that
+            # races this one finds its owner in one place or the other.
+            await self._redis.hset(HIDDEN, wid, owner)
             await self._square.remove(wid)
-            await self._redis.hset(f"{HIDDEN}", wid, owner)
 
     async def restore(self, wid: str) -> bool:
         """Bring a hidden work back to the square (an operator's decision)."""

@@ -15,7 +15,7 @@ from ..api.boundary import API
 from ..clock import Clock
 from ..content import Content, Model
 from ..keys import CLOCK, CONTENT, SETTINGS
-from ..settings import PACKAGE, Settings
+from ..settings import Settings, resource_dir
 from .discovery import render_machine_files
 from .documents import HTML_TYPE, document_handler, render_documents
 from .headers import SecurityHeaders, content_security_policy, setup_headers
@@ -26,7 +26,7 @@ from .representation import Representation, prepare, respond
 from .routes import PUBLIC_ROUTES, setup_public_routes
 from .workbench import setup_workbench_routes
 
-TEMPLATES_DIR: Final = PACKAGE / "templates"
+TEMPLATES_DIR: Final = resource_dir("templates")
 
 
 def _static_handler(rep: Representation) -> Handler:

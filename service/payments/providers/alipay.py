@@ -21,7 +21,8 @@ TIMEOUT: Final = aiohttp.ClientTimeout(total=10)
 # Alipay reads and writes its times on Beijing time, without an offset.
 BEIJING: Final = datetime.timezone(datetime.timedelta(hours=8))
 TIME_FORMAT: Final = "%Y-%m-%d %H:%M:%S"
-_AMOUNT: Final = re.compile(r"(0|[1-9]\d{0,9})(\.\d{1,2})?")
+# ASCII digits only: \d and int() would also read "9٨" as 98.
+_AMOUNT: Final = re.compile(r"(0|[1-9][0-9]{0,9})(\.[0-9]{1,2})?")
 
 
 @dataclass(frozen=True, slots=True)

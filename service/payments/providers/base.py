@@ -68,6 +68,14 @@ class Notice:
     # for Alipay notices and for payments.
     refund_id: str = ""
 
+    def __post_init__(self) -> None:
+        """Refuse ids no store can keep: a lone surrogate (JSON's \\ud800) is one."""
+        for text in (self.event_id, self.order_id, self.trade_no, self.refund_id):
+            try:
+                text.encode()
+            except UnicodeEncodeError:
+                raise BadNotice("BAD_REQUEST") from None
+
 
 class BadNotice(Exception):
     """A notice not to act on: BAD_SIGNATURE | MISMATCH | STALE | BAD_REQUEST."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 import secrets
 import time
 from collections.abc import Mapping
@@ -23,6 +24,10 @@ SCHEME: Final = "WECHATPAY2-SHA256-RSA2048"
 # The official Java SDK refuses signed messages more than five minutes off.
 WINDOW: Final = 300
 BEIJING: Final = datetime.timezone(datetime.timedelta(hours=8))
+# Seconds since the epoch in ASCII digits; 12 of them reach the year 33658.
+_EPOCH: Final = re.compile(r"[0-9]{1,12}")
+# The most fen one amount may state (10 billion yuan); more is not a payment.
+MAX_FEN: Final = 10**12
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +55,27 @@ def rfc3339(moment: datetime.datetime) -> str:
 
 
 def message(*parts: str | bytes) -> bytes:
-    """The signed text: every part followed by a newline."""
-    return b"".join((p if isinstance(p, bytes) else p.encode()) + b"\n" for p in parts)
+    """The signed text: every part followed by a newline.
+
+    Header values arrive decoded with surrogateescape (aiohttp's way with bytes
+    that are not UTF-8): encoding them the same way gives back the bytes sent.
+    """
+    return b"".join(
+        (p if isinstance(p, bytes) else p.encode("utf-8", "surrogateescape")) + b"\n"
+        for p in parts
+    )
+
+
+def epoch(text: str) -> int | None:
+    """A Wechatpay-Timestamp as seconds; None unless it is 1-12 ASCII digits."""
+    return int(text) if _EPOCH.fullmatch(text) else None
+
+
+def amount_fen(value: object) -> int | None:
+    """An amount of a notice in fen; None unless a whole number 0..MAX_FEN."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_FEN:
+        return value
+    return None
 
 
 def authorization_fields(header: str) -> dict[str, str]:
@@ -137,8 +161,8 @@ class WechatPayProvider:
         if 200 <= status < 300:
             if not self._signed_by_wechat(answer_headers, raw):
                 raise ProviderError("BAD_SIGNATURE", path.partition("?")[0])
-            stamp = answer_headers["wechatpay-timestamp"]
-            if not stamp.isdigit() or abs(time.time() - int(stamp)) >= WINDOW:
+            stamp = epoch(answer_headers["wechatpay-timestamp"])
+            if stamp is None or abs(time.time() - stamp) >= WINDOW:
                 raise ProviderError("STALE", "response timestamp")
         if not raw and status == 204:
             return status, {}
@@ -233,10 +257,10 @@ class WechatPayProvider:
         lowered = lower_keys(headers)
         if not self._signed_by_wechat(lowered, body):
             raise BadNotice("BAD_SIGNATURE")
-        stamp = lowered["wechatpay-timestamp"]
-        if not stamp.isdigit():
+        stamp = epoch(lowered["wechatpay-timestamp"])
+        if stamp is None:
             raise BadNotice("BAD_REQUEST")
-        if abs(now - int(stamp)) >= WINDOW:
+        if abs(now - stamp) >= WINDOW:
             raise BadNotice("STALE")
         event = _object(body)
         resource = event.get("resource")
@@ -275,8 +299,9 @@ class WechatPayProvider:
             or not isinstance(amount, dict)
         ):
             raise BadNotice("BAD_REQUEST")
-        total, refunded = amount.get("total", 0), amount.get("refund", 0)
-        if not isinstance(total, int) or not isinstance(refunded, int):
+        total = amount_fen(amount.get("total", 0))
+        refunded = amount_fen(amount.get("refund", 0))
+        if total is None or refunded is None:
             raise BadNotice("BAD_REQUEST")
         kind: Literal["paid", "refund", "other"] = "other"
         refund_id = ""
@@ -309,7 +334,7 @@ def _object(raw: bytes) -> dict[str, Any]:
     """A JSON object from bytes; BAD_REQUEST otherwise."""
     try:
         value = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+    except ValueError as error:  # not JSON or UTF-8, or a number of 4,300+ digits
         raise BadNotice("BAD_REQUEST") from error
     if not isinstance(value, dict):
         raise BadNotice("BAD_REQUEST")

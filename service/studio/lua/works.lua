@@ -52,8 +52,14 @@ if action == 'report' then
   -- ARGV: reporter, threshold. The owner's own reports count for nothing.
   if ARGV[3] == string.match(P, '{(.-)}') then return {'SELF'} end
   if work.published_at == cjson.null then return {'NOT_PUBLISHED'} end
+  if work.hidden then
+    -- Off the square: a repeat by one who reported it counts once; to anyone
+    -- else it is as absent as any work they cannot see.
+    if redis.call('SISMEMBER', REPORTS, ARGV[3]) == 1 then return {'OK'} end
+    return {'NOT_FOUND'}
+  end
   redis.call('SADD', REPORTS, ARGV[3])
-  if not work.hidden and redis.call('SCARD', REPORTS) >= tonumber(ARGV[4]) then
+  if redis.call('SCARD', REPORTS) >= tonumber(ARGV[4]) then
     work.hidden = true
     save()
     return {'HIDE'}
