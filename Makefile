@@ -23,9 +23,10 @@ run: $(VENV)/.local
 	STUDIO_PAYMENTS_FAKE=$${STUDIO_PAYMENTS_FAKE:-1} $(BIN)/python -m service dev
 
 lint: $(VENV)/.dev
-	$(BIN)/ruff check service tests bench
-	$(BIN)/ruff format --check service tests bench
+	$(BIN)/ruff check service tests bench scripts
+	$(BIN)/ruff format --check service tests bench scripts
 	$(BIN)/mypy
+	$(BIN)/python scripts/check_imports.py
 
 test: lint
 	$(BIN)/pytest

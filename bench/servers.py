@@ -26,7 +26,8 @@ from service.app import create_app, freeze_startup_objects
 from service.keys import SETTINGS
 from service.settings import load_settings
 from service.square.feed import list_square
-from service.store.clients import redis_ctx
+from service.square.setup import square_ctx
+from service.store.setup import redis_ctx
 
 Captured = tuple[bytes, dict[str, str]]
 # Set by aiohttp on every response; everything else is copied.
@@ -117,7 +118,7 @@ def limits_app(app: web.Application) -> web.Application:
     api.add_routes([web.get("/square", list_square)])
     limited = web.Application()
     limited[SETTINGS] = settings
-    limited.cleanup_ctx.append(redis_ctx)
+    limited.cleanup_ctx.extend([redis_ctx, square_ctx])
     api.install(limited)
     limited.router.add_get("/healthz", _ok)
     return limited

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final
 
 from aiohttp import web
@@ -19,8 +19,8 @@ from prometheus_client import (
     generate_latest,
 )
 
-from .api.boundary import ApiBoundary, route_name
-from .keys import JOBS, METRICS, SETTINGS
+from .api.boundary import API, ApiBoundary, route_name
+from .keys import SETTINGS
 
 _LOGGER: Final = logging.getLogger(__name__)
 QUEUE_DEPTH_SECONDS: Final = 5.0
@@ -80,6 +80,11 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+METRICS: Final = web.AppKey("metrics", Metrics)
+# How many jobs wait in the queue, asked every few seconds (the studio sets it).
+QUEUE_DEPTH: Final = web.AppKey[Callable[[], Awaitable[int]]]("queue_depth")
+
+
 async def serve_metrics(metrics: Metrics, host: str, port: int) -> AsyncIterator[None]:
     """Listen on host:port for /metrics while the caller's work runs."""
 
@@ -129,7 +134,7 @@ async def metrics_ctx(app: web.Application) -> AsyncIterator[None]:
         yield
         return
     metrics = app[METRICS]
-    depth = asyncio.create_task(track_queue_depth(metrics, app[JOBS].depth))
+    depth = asyncio.create_task(track_queue_depth(metrics, app[QUEUE_DEPTH]))
     async with contextlib.asynccontextmanager(serve_metrics)(
         metrics, settings.metrics_host, settings.metrics_port
     ):
@@ -146,3 +151,14 @@ async def track_queue_depth(metrics: Metrics, read: object) -> None:
         with contextlib.suppress(Exception):
             metrics.queue_depth.set(await read())
         await asyncio.sleep(QUEUE_DEPTH_SECONDS)
+
+
+def setup(app: web.Application) -> None:
+    """Count every /api answer; serve /metrics and the queue depth if asked to.
+
+    Set up after the studio: the queue depth it watches is the studio's.
+    """
+    metrics = app[METRICS] = Metrics()
+    with app[API].placed("metrics"):
+        setup_request_metrics(app[API], metrics)
+    app.cleanup_ctx.append(metrics_ctx)

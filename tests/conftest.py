@@ -16,7 +16,7 @@ from pytest_aiohttp import AiohttpClient, AiohttpServer
 from redis.asyncio import Redis
 
 from service.app import create_app
-from service.keys import SESSIONS
+from service.auth.sessions import SESSIONS
 from service.settings import Settings, load_settings
 from service.store.embedded import MailCatcher, RedisServer
 

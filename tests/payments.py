@@ -15,7 +15,8 @@ from aiohttp import web
 from pytest_aiohttp import AiohttpServer
 from redis.asyncio import Redis
 
-from service.payments.fake import FakeGateway, FakeKeys, fake_gateway_app
+from service.payments.fake import FakeGateway, FakeKeys
+from service.payments.fake_routes import fake_gateway_app
 from service.payments.providers.alipay import AlipayProvider
 from service.payments.providers.base import BadNotice, Checkout, Notice
 from service.payments.providers.wechatpay import WechatPayProvider

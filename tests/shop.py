@@ -23,7 +23,8 @@ from redis.asyncio import Redis
 
 from service.app import create_app
 from service.payments import signing
-from service.payments.fake import FakeGateway, FakeKeys, fake_gateway_app
+from service.payments.fake import FakeGateway, FakeKeys
+from service.payments.fake_routes import fake_gateway_app
 from service.store.embedded import free_port
 
 from .conftest import Client, SettingsFactory

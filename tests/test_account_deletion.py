@@ -19,11 +19,13 @@ from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
 
 from service.account.deletion import PURGE_QUEUE, DeletionStore
+from service.account.keys import DELETIONS
 from service.account.purger import Purger
 from service.app import create_app
 from service.auth.accounts import KEPT_SECONDS, trial_key
 from service.auth.identity import address_key
-from service.keys import DELETIONS, SESSIONS, SETTINGS
+from service.auth.sessions import SESSIONS
+from service.keys import SETTINGS
 from service.payments.orders import NotRefundable, OrderStore, Pack
 from service.store.connect import connect
 from service.store.embedded import MailCatcher

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 
+import pytest
 from aiohttp import web
 from aiohttp.typedefs import Handler
 from pytest_aiohttp import AiohttpClient
@@ -56,6 +57,47 @@ async def test_layers_run_outermost_first_and_skip_routes_they_leave_out(
     seen.clear()
     assert (await client.head("/api/traced")).status == 200
     assert seen == ["outer", "middle", "inner", "handler"]
+
+
+async def test_named_layers_compose_in_the_written_order_whoever_adds_them_first(
+    aiohttp_client: AiohttpClient,
+) -> None:
+    """Concerns set up in any order; their layers still run in the boundary's order."""
+    seen: list[str] = []
+
+    async def ok(request: web.Request) -> web.StreamResponse:
+        seen.append("handler")
+        return web.json_response({"ok": True})
+
+    api = ApiBoundary(order=("outer", "middle", "inner"))
+    for label in ("inner", "outer", "middle"):
+        with api.placed(label):
+            api.add_layer(_tracing(label, seen))
+    api.add_routes([web.get("/traced", ok, name="traced")])
+    app = web.Application()
+    api.install(app)
+    client = await aiohttp_client(app)
+
+    assert (await client.get("/api/traced")).status == 200
+    assert seen == ["outer", "middle", "inner", "handler"]
+
+
+def test_an_ordered_boundary_refuses_a_stray_a_twice_set_or_a_missing_layer() -> None:
+    """A layer without a place, one placed twice, or one never set up stops start-up."""
+    api = ApiBoundary(order=("errors", "sessions"))
+    with pytest.raises(ValueError, match="only when placed"):
+        api.add_layer(_tracing("stray", []))
+    with (
+        pytest.raises(ValueError, match="no API layer named 'csrf'"),
+        api.placed("csrf"),
+    ):
+        pass
+    with api.placed("errors"):
+        api.add_layer(_tracing("errors", []))
+    with pytest.raises(ValueError, match="'errors' set up twice"), api.placed("errors"):
+        pass
+    with pytest.raises(ValueError, match="API layers never set up: sessions"):
+        api.install(web.Application())
 
 
 def test_a_wrapped_handler_unwraps_to_the_declared_one() -> None:

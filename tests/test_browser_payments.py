@@ -27,9 +27,10 @@ from playwright.async_api import (
 from redis.asyncio import Redis
 
 from service.app import create_app
-from service.keys import FAKE_GATEWAY, LEDGER
+from service.payments.fake import FAKE_GATEWAY
 from service.settings import load_settings
 from service.store.embedded import MailCatcher, RedisServer, free_port
+from service.studio.keys import LEDGER
 
 from .browser_support import (
     CHROMIUM,

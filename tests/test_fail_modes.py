@@ -9,7 +9,8 @@ import pytest
 from pytest_aiohttp import AiohttpClient
 
 from service.app import create_app
-from service.keys import LIMITER, SQUARE
+from service.limits.keys import LIMITER
+from service.square.feed import SQUARE
 from service.store.embedded import MailCatcher, RedisServer
 
 from .chaos import HangingProxy

@@ -17,8 +17,8 @@ from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
 
 from service.app import create_app
-from service.keys import EVENTS
 from service.store.embedded import MailCatcher, RedisServer
+from service.studio.keys import EVENTS
 
 from .conftest import Client, Env, MakeClient, SettingsFactory
 from .logs import troubles

@@ -9,8 +9,9 @@ import re
 import pytest
 from pytest_aiohttp import AiohttpClient
 
-from service.app import TEMPLATES_DIR, create_app
+from service.app import create_app
 from service.web.routes import PUBLIC_ROUTES
+from service.web.setup import TEMPLATES_DIR
 
 from .conftest import Client, SettingsFactory
 

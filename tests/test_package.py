@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from service.app import TEMPLATES_DIR
 from service.content import CONTENT_DIR
 from service.settings import DEFAULT_CONFIG, PACKAGE, ROOT
 from service.store.embedded import RedisServer, free_port
+from service.web.setup import TEMPLATES_DIR
 
 from .conftest import TEST_SECRET
 from .processes import studio_environ, wait_until_healthy
@@ -167,7 +167,7 @@ def test_the_installed_wheel_reads_its_packaged_copies(
     """Installed, config, content and templates come from inside the package."""
     isolated = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     script = (
-        "from service.app import TEMPLATES_DIR; from service.content import"
+        "from service.web.setup import TEMPLATES_DIR; from service.content import"
         " CONTENT_DIR; from service.settings import DEFAULT_CONFIG, PACKAGE;"
         " print(PACKAGE); print(DEFAULT_CONFIG); print(CONTENT_DIR);"
         " print(TEMPLATES_DIR)"

@@ -13,10 +13,10 @@ import pytest
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 from redis.asyncio import Redis
 
-from service.keys import LEDGER
 from service.payments.orders import order_key
 from service.settings import ROOT
 from service.store.embedded import MailCatcher, RedisServer
+from service.studio.keys import LEDGER
 
 from .conftest import TEST_SECRET, SettingsFactory
 from .processes import studio_environ

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from redis.asyncio import Redis
 
-from service.keys import ORDERS, PROVIDERS
+from service.payments.keys import ORDERS, PROVIDERS
 from service.payments.orders import OPEN, order_key
 from service.payments.providers.base import Provider
 from service.payments.providers.wechatpay import WechatPayProvider

@@ -10,8 +10,7 @@ from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
 
 from service.app import create_app
-from service.auth.sessions import COOKIE
-from service.keys import SESSIONS
+from service.auth.sessions import COOKIE, SESSIONS
 from service.store.embedded import MailCatcher, RedisServer
 
 from .conftest import Client, SettingsFactory, listening

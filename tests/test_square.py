@@ -8,8 +8,7 @@ from typing import Literal
 import pytest
 from redis.asyncio import Redis
 
-from service.keys import SQUARE
-from service.square.feed import SquareStore, Work
+from service.square.feed import SQUARE, SquareStore, Work
 
 from .conftest import Client
 

@@ -25,9 +25,10 @@ from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
 
 from service.app import create_app
-from service.keys import SETTINGS, UPSTREAMS
+from service.keys import SETTINGS
 from service.settings import SettingsError, UpstreamSettings
 from service.store.embedded import MailCatcher, RedisServer
+from service.studio.keys import UPSTREAMS
 from service.studio.upstreams.base import Request
 from service.studio.upstreams.openai import OpenAIUpstream
 

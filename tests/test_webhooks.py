@@ -16,9 +16,10 @@ from pytest_aiohttp import AiohttpClient, AiohttpServer
 from redis.asyncio import Redis
 from yarl import URL
 
-from service.keys import METRICS, ORDERS
+from service.metrics import METRICS
 from service.payments import signing
 from service.payments.fake import Delivery, FakeGateway, trade_key
+from service.payments.keys import ORDERS
 from service.payments.orders import order_key
 from service.payments.providers import alipay, wechatpay
 from service.store.embedded import MailCatcher

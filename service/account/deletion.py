@@ -39,7 +39,7 @@ from ..studio.generations import GenerationStore
 from ..studio.ledger import Ledger, UnknownAccount, account_key, text
 from ..studio.media.store import MediaStore
 from ..studio.queue import JobQueue, prefix, shard_of, shard_ref
-from ..studio.works import _HIDDEN, WorkNotFound, WorkStore
+from ..studio.works import HIDDEN, WorkNotFound, WorkStore
 from .exports import QUEUE as EXPORT_QUEUE
 
 _LOGGER: Final = logging.getLogger(__name__)
@@ -293,7 +293,7 @@ class DeletionStore:
                     for name in ("media_key", "thumb_key"):
                         if media_key := owned.record.get(name):
                             await self._media.delete(media_key)
-                await self._redis.hdel(_HIDDEN, wid)
+                await self._redis.hdel(HIDDEN, wid)
                 try:
                     await self._works.delete(account_id, wid)
                 except WorkNotFound:

@@ -17,24 +17,15 @@ from ..api.payloads import json_response, read_json
 from ..auth.binding import CONFIRM_PATH, binding_of, clear_signin_cookie
 from ..auth.codes import Verdict
 from ..auth.identity import address_key
-from ..auth.sessions import clear_session_cookie
-from ..keys import (
-    ACCOUNTS,
-    CODES,
-    DELETIONS,
-    GENERATIONS,
-    JOBS,
-    MEDIA,
-    REDIS,
-    SESSION,
-    SESSIONS,
-    SETTINGS,
-    SQUARE,
-    WORKS,
-)
+from ..auth.keys import ACCOUNTS, CODES
+from ..auth.sessions import SESSION, SESSIONS, clear_session_cookie
+from ..keys import REDIS, SETTINGS
+from ..square.feed import SQUARE
 from ..studio.context import EMBEDDED_WORKER
+from ..studio.keys import GENERATIONS, JOBS, MEDIA, WORKS
 from ..studio.ledger import UnknownAccount, iso
 from .deletion import DeletionStore
+from .keys import DELETIONS
 from .purger import Purger
 
 _LOGGER: Final = logging.getLogger(__name__)

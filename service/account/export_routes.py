@@ -13,11 +13,15 @@ from aiohttp import hdrs, web
 from ..api.boundary import ApiBoundary
 from ..api.errors import ApiError
 from ..api.payloads import json_response
-from ..keys import EXPORTS, MEDIA, REDIS, SECURITY, SESSION, SETTINGS
+from ..auth.sessions import SESSION
+from ..keys import REDIS, SETTINGS
 from ..limits.http import PROBLEM_TYPE, enforce, refund
 from ..studio.context import EMBEDDED_WORKER
+from ..studio.keys import MEDIA
 from ..studio.media.store import MissingMedia
+from ..web.keys import SECURITY
 from .exports import ExportJobs, ExportRefused, ExportStore, ExportTooSoon, view
+from .keys import EXPORTS
 
 # Routes whose handlers charge a per-account limit (headers on every answer).
 EXPORT_LIMITED: Final = frozenset({"account_export"})

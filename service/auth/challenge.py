@@ -50,9 +50,10 @@ from altcha import Payload, create_challenge, verify_solution
 from redis.exceptions import RedisError
 
 from ..api.errors import UNAVAILABLE_RETRY_AFTER, ApiError
-from ..keys import CLIENT, DECISIONS, LIMITER, REDIS, SETTINGS
+from ..keys import REDIS, SETTINGS
 from ..limits.client_ip import network_of
 from ..limits.http import enforce, refund
+from ..limits.keys import CLIENT, DECISIONS, LIMITER
 from ..limits.limiter import Decision, LimiterUnavailable, Policy
 from ..store.deadline import within
 

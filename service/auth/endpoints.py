@@ -12,17 +12,7 @@ from redis.exceptions import RedisError
 from ..api.boundary import ApiBoundary
 from ..api.errors import ApiError
 from ..api.payloads import json_response, read_json
-from ..keys import (
-    ACCOUNTS,
-    CODES,
-    CONTENT,
-    DELETIONS,
-    DEVICES,
-    MAILER,
-    SESSION,
-    SESSIONS,
-    SETTINGS,
-)
+from ..keys import CONTENT, SETTINGS
 from ..limits.http import enforce, refund
 from ..store.deadline import within
 from .binding import (
@@ -37,8 +27,16 @@ from .codes import CODE_TTL_SECONDS, Verdict
 from .cookies import read_cookie
 from .devices import set_device_cookie
 from .identity import parse_address
-from .mailer import Lang, MailUnavailable, code_message, site_name
-from .sessions import COOKIE, anonymous, clear_session_cookie, set_session_cookie
+from .keys import ACCOUNTS, CODES, DEVICES, RETURNING
+from .mailer import MAILER, Lang, MailUnavailable, code_message, site_name
+from .sessions import (
+    COOKIE,
+    SESSION,
+    SESSIONS,
+    anonymous,
+    clear_session_cookie,
+    set_session_cookie,
+)
 
 _LOGGER: Final = logging.getLogger(__name__)
 RESEND_AFTER_SECONDS: Final = 60
@@ -150,7 +148,7 @@ async def verify(request: web.Request) -> web.StreamResponse:
         raise ApiError(400, "INVALID_CODE")
     # Within its grace period a deleted account comes back whole; past it, the
     # address is let go of and opens a new account (without trial credits).
-    restored = await app[DELETIONS].on_sign_in(address.email)
+    restored = await app[RETURNING].on_sign_in(address.email)
     account, opened = await app[ACCOUNTS].open(address.email)
     sessions = app[SESSIONS]
     if previous := read_cookie(request.headers, COOKIE):

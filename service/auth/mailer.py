@@ -13,7 +13,7 @@ from typing import Any, Final, Literal, Protocol
 import aiosmtplib
 from aiohttp import web
 
-from ..keys import MAILER, SETTINGS
+from ..keys import SETTINGS
 from ..settings import SmtpSettings
 from .codes import CODE_TTL_SECONDS, readable
 
@@ -77,6 +77,9 @@ class SmtpMailer:
                 "mail relay %s:%d failed: %s", smtp.host, smtp.port, type(err).__name__
             )
             raise MailUnavailable from err
+
+
+MAILER: Final = web.AppKey("mailer", Mailer)
 
 
 def code_message(

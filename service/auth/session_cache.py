@@ -16,24 +16,29 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Final
+from dataclasses import dataclass
+from typing import Final
 
-from aiohttp import web
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from ..keys import REDIS, SESSIONS
 from ..store.pubsub import Subscriber
-
-if TYPE_CHECKING:
-    from .sessions import Session
 
 ENDED_CHANNEL: Final = "studio:sessions:ended"
 FRESH_SECONDS: Final = 5.0
 MAX_ENTRIES: Final = 10_000
 SHUTDOWN_SECONDS: Final = 2.0
 _LOGGER: Final = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A signed-in person's session, as Redis keeps it."""
+
+    key: str
+    account_id: str
+    created: int
+    seen: int
 
 
 class SessionCache:
@@ -101,17 +106,3 @@ class SessionCache:
 
 def _text(data: bytes | str) -> str:
     return data.decode() if isinstance(data, bytes) else data
-
-
-async def session_cache_ctx(app: web.Application) -> AsyncIterator[None]:
-    """Listen for ended sessions for the life of the app."""
-    stop = asyncio.Event()
-    listener = asyncio.ensure_future(app[SESSIONS].cache.listen(app[REDIS], stop))
-    yield
-    # A cancellation that lands inside a Redis read can be swallowed there; the
-    # stop flag ends the loop within a second regardless.
-    stop.set()
-    listener.cancel()
-    await asyncio.wait([listener], timeout=SHUTDOWN_SECONDS)
-    if listener.done() and not listener.cancelled():
-        listener.exception()  # retrieved: a failure at exit is not news

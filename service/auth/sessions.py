@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import re
 import secrets
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
 from typing import Final, TypeVar
 
 from aiohttp import web
@@ -17,10 +17,10 @@ from redis.asyncio import Redis
 
 from ..api.boundary import ApiBoundary
 from ..api.errors import ApiError
-from ..keys import SESSION, SESSIONS
+from ..keys import REDIS
 from ..store.deadline import within
 from .cookies import read_cookie
-from .session_cache import ENDED_CHANNEL, SessionCache
+from .session_cache import ENDED_CHANNEL, SHUTDOWN_SECONDS, Session, SessionCache
 
 COOKIE: Final = "studio_session"
 IDLE_SECONDS: Final = 7 * 24 * 3600
@@ -63,16 +63,6 @@ def anonymous(handler: H) -> H:
 def is_anonymous(handler: Handler) -> bool:
     """Tell whether a handler was marked anonymous."""
     return handler in _ANONYMOUS
-
-
-@dataclass(frozen=True, slots=True)
-class Session:
-    """A signed-in person's session, as Redis keeps it."""
-
-    key: str
-    account_id: str
-    created: int
-    seen: int
 
 
 def session_key(token: str) -> str:
@@ -178,6 +168,11 @@ class SessionStore:
         return ended
 
 
+SESSIONS: Final = web.AppKey("sessions", SessionStore)
+# The session the session layer found for this request (every route not @anonymous).
+SESSION: Final = web.RequestKey("session", Session)
+
+
 def set_session_cookie(
     response: web.StreamResponse, token: str, *, secure: bool
 ) -> None:
@@ -228,3 +223,17 @@ def setup_sessions(api: ApiBoundary, *, secure: bool) -> None:
         return signed_in
 
     api.add_layer(layer)
+
+
+async def session_cache_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Listen for ended sessions for the life of the app."""
+    stop = asyncio.Event()
+    listener = asyncio.ensure_future(app[SESSIONS].cache.listen(app[REDIS], stop))
+    yield
+    # A cancellation that lands inside a Redis read can be swallowed there; the
+    # stop flag ends the loop within a second regardless.
+    stop.set()
+    listener.cancel()
+    await asyncio.wait([listener], timeout=SHUTDOWN_SECONDS)
+    if listener.done() and not listener.cancelled():
+        listener.exception()  # retrieved: a failure at exit is not news

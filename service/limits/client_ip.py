@@ -35,7 +35,7 @@ def parse_ip(text: str) -> IPAddress | None:
     return address
 
 
-def _forwarded_client(
+def forwarded_client(
     request: web.Request, proxy: IPAddress, trusted: Sequence[IPNetwork]
 ) -> IPAddress:
     """Return the right-most untrusted X-Forwarded-For hop of a request from a proxy.
@@ -64,7 +64,7 @@ def client_address(request: web.Request, trusted: Sequence[IPNetwork]) -> str:
     """Return the client's own address (what a payment provider is told), or ''."""
     peer = parse_ip(request.remote or "")
     if peer is not None and any(peer in net for net in trusted):
-        peer = _forwarded_client(request, peer, trusted)
+        peer = forwarded_client(request, peer, trusted)
     return str(peer) if peer is not None else ""
 
 
@@ -117,7 +117,7 @@ class ClientNamer:
             return subject
         peer = parse_ip(remote)
         if peer is not None and any(peer in net for net in self._trusted):
-            return subject_of(_forwarded_client(request, peer, self._trusted))
+            return subject_of(forwarded_client(request, peer, self._trusted))
         if len(self._direct) >= self._max:
             self._direct.clear()
         subject = self._direct[remote] = subject_of(peer)

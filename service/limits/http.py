@@ -13,9 +13,10 @@ from aiohttp.typedefs import Handler
 
 from ..api.boundary import ApiBoundary, route_name
 from ..api.errors import UNAVAILABLE_RETRY_AFTER, ApiError
-from ..keys import CLIENT, DECISIONS, DEGRADED, LIMITER, METRICS, READ_ALONG
+from ..metrics import METRICS
 from ..web.headers import SecurityHeaders
 from .client_ip import ClientNamer, IPNetwork
+from .keys import CLIENT, DECISIONS, DEGRADED, LIMITER, READ_ALONG
 from .limiter import (
     MICROS,
     Decision,

@@ -16,12 +16,14 @@ from ..api.boundary import ApiBoundary
 from ..api.errors import ApiError
 from ..api.payloads import json_response, read_idempotency, read_json
 from ..api.query import bad_field, list_params, read_cursor
-from ..auth.sessions import anonymous
-from ..keys import CONTENT, METRICS, ORDERS, PROVIDERS, REDIS, SESSION, SETTINGS
+from ..auth.sessions import SESSION, anonymous
+from ..keys import CONTENT, REDIS, SETTINGS
 from ..limits.client_ip import client_address
 from ..limits.http import enforce
+from ..metrics import METRICS
 from ..studio.ledger import AccountDeleting, UnknownAccount, account_key
 from . import orders
+from .keys import ORDERS, PROVIDERS
 from .orders import IdempotencyKeyReused, Pack
 from .providers.base import Checkout, Provider, ProviderError
 from .reconciler import ask

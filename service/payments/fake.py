@@ -23,7 +23,6 @@ import aiohttp
 from aiohttp import web
 from redis.asyncio import Redis
 
-from ..keys import FAKE_GATEWAY
 from ..studio.ledger import text
 from . import signing
 from .providers import alipay, wechatpay
@@ -506,16 +505,5 @@ class FakeGateway:
         return f"{origin}{PREFIX}/{provider}/checkout/{order_id}"
 
 
-def setup_fake_provider(app: web.Application) -> None:
-    """Register the fake's routes; they find the gateway at app[FAKE_GATEWAY]."""
-    from .fake_routes import fake_routes  # the routes need this module's names
-
-    app.router.add_routes(fake_routes())
-
-
-def fake_gateway_app(gateway: FakeGateway) -> web.Application:
-    """A standalone app of only the fake providers (tests run it on loopback)."""
-    app = web.Application()
-    app[FAKE_GATEWAY] = gateway
-    setup_fake_provider(app)
-    return app
+# The fake provider's gateway (only when payments.fake is on; its routes read it).
+FAKE_GATEWAY: Final = web.AppKey("fake_gateway", FakeGateway)

@@ -13,8 +13,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from ..keys import FAKE_GATEWAY
-from .fake import PREFIX, PROVIDER_NAMES, FakeGateway, digits
+from .fake import FAKE_GATEWAY, PREFIX, PROVIDER_NAMES, FakeGateway, digits
 from .providers import alipay, wechatpay
 
 _LOGGER: Final = logging.getLogger(__name__)
@@ -385,3 +384,16 @@ def fake_routes() -> list[web.RouteDef]:
         web.post(checkout + "/pay", checkout_pay),
         web.post(checkout + "/cancel", checkout_cancel),
     ]
+
+
+def setup_fake_provider(app: web.Application) -> None:
+    """Register the fake's routes; they find the gateway at app[FAKE_GATEWAY]."""
+    app.router.add_routes(fake_routes())
+
+
+def fake_gateway_app(gateway: FakeGateway) -> web.Application:
+    """A standalone app of only the fake providers (tests run it on loopback)."""
+    app = web.Application()
+    app[FAKE_GATEWAY] = gateway
+    setup_fake_provider(app)
+    return app

@@ -11,8 +11,9 @@ from aiohttp import web
 
 from ..api.boundary import ApiBoundary
 from ..api.errors import ApiError
-from ..keys import ORDERS, SESSION
+from ..auth.sessions import SESSION
 from . import orders
+from .keys import ORDERS
 
 SVG_TYPE: Final = "image/svg+xml"
 # A code_url lives as long as its order (15 minutes); only its buyer may keep it.

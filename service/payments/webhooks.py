@@ -21,9 +21,12 @@ from aiohttp.web_protocol import RequestPayloadError
 
 from ..api.codings import body_coding, decode_body
 from ..api.errors import UNAVAILABLE_RETRY_AFTER, ApiError
-from ..keys import METRICS, ORDERS, PROVIDERS, REDIS, SECURITY
+from ..keys import REDIS
+from ..metrics import METRICS
 from ..store.connect import STORE_ERRORS
 from ..studio.ledger import UnknownAccount
+from ..web.keys import SECURITY
+from .keys import ORDERS, PROVIDERS
 from .orders import (
     AmountMismatch,
     NotRefundable,

@@ -22,7 +22,7 @@ from ..api.boundary import ApiBoundary
 from ..api.errors import ApiError
 from ..api.query import read_limit
 from ..auth.sessions import anonymous
-from ..keys import DEGRADED, READ_ALONG, SQUARE
+from ..limits.keys import DEGRADED, READ_ALONG
 from ..store.deadline import within
 
 # All square keys share one hash tag, so every write is one atomic step on Cluster too.
@@ -334,6 +334,9 @@ class SquareStore:
                 b"}",
             )
         )
+
+
+SQUARE: Final = web.AppKey("square", SquareStore)
 
 
 def _text(value: bytes | str) -> str:

@@ -10,9 +10,9 @@ from urllib.parse import urljoin
 import jinja2
 from aiohttp import web
 
-from ..keys import CONTENT, SETTINGS, SQUARE
+from ..keys import CONTENT, SETTINGS
 from ..web.headers import SecurityHeaders
-from .feed import Work
+from .feed import SQUARE, Work
 
 # The workbench, where a visitor browses the square and makes their own.
 WORKBENCH_PATH: Final = "/studio"

@@ -9,17 +9,10 @@ from typing import Final
 
 from aiohttp import web
 
-from ..keys import (
-    CLOCK,
-    CONTENT,
-    EVENTS,
-    MEDIA,
-    METRICS,
-    REDIS,
-    SETTINGS,
-    UPSTREAMS,
-)
+from ..keys import CLOCK, CONTENT, REDIS, SETTINGS
+from ..metrics import METRICS
 from .events import EventHub
+from .keys import EVENTS, MEDIA, UPSTREAMS
 from .media.chosen import opened_media_store
 from .upstreams.registry import Upstreams
 from .worker import Worker

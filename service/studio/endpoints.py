@@ -27,26 +27,13 @@ from ..api.payloads import (
     read_json,
 )
 from ..api.query import bad_field, list_params, read_cursor
-from ..auth.sessions import anonymous
+from ..auth.sessions import SESSION, anonymous
 from ..content import Model
-from ..keys import (
-    CLOCK,
-    CONTENT,
-    EVENTS,
-    GENERATIONS,
-    JOBS,
-    LEDGER,
-    MEDIA,
-    METRICS,
-    SECURITY,
-    SESSION,
-    SETTINGS,
-    UPSTREAMS,
-    WORKS,
-)
+from ..keys import CLOCK, CONTENT, SETTINGS
 from ..limits.http import enforce
-from ..payments.orders import view as order_view
+from ..metrics import METRICS
 from ..web.hardening import BAD_DISPOSITION
+from ..web.keys import SECURITY
 from .events import CLOSE
 from .generations import (
     MAX_NEGATIVE_PROMPT,
@@ -54,6 +41,16 @@ from .generations import (
     MAX_SEED,
     SubmitRefused,
     view,
+)
+from .keys import (
+    EVENT_VIEWS,
+    EVENTS,
+    GENERATIONS,
+    JOBS,
+    LEDGER,
+    MEDIA,
+    UPSTREAMS,
+    WORKS,
 )
 from .ledger import account_key
 from .media.images import InvalidImage, inspect_image
@@ -432,8 +429,8 @@ async def events(request: web.Request) -> web.StreamResponse:
                     name, data = event["event"], event["data"]
                     if name == "generation":
                         data = view(data)
-                    elif name == "order":
-                        data = order_view(data, time.time())
+                    elif (shown := app[EVENT_VIEWS].get(name)) is not None:
+                        data = shown(data)
                     await send(name, data)
             except ConnectionResetError:  # the client left: the stream's normal end
                 _LOGGER.debug("event stream closed by the client on %s", request.path)

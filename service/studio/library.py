@@ -10,8 +10,11 @@ from ..api.boundary import ApiBoundary
 from ..api.errors import ApiError
 from ..api.payloads import json_response, read_json
 from ..api.query import bad_field, list_params, read_cursor
-from ..keys import MEDIA, SESSION, SETTINGS, SQUARE, WORKS
+from ..auth.sessions import SESSION
+from ..keys import SETTINGS
 from ..limits.http import enforce
+from ..square.feed import SQUARE
+from .keys import MEDIA, WORKS
 from .works import WorkNotFound, mine_view
 
 MAX_REASON: Final = 500

@@ -169,7 +169,7 @@ class WorkStore:
         try:
             owner = await self.owner_of(me, wid)
         except WorkNotFound:  # hidden by reports: a repeat of mine still counts once
-            hidden = await self._redis.hget(_HIDDEN, wid)
+            hidden = await self._redis.hget(HIDDEN, wid)
             if hidden is None:
                 raise
             owner = text(hidden)
@@ -177,19 +177,19 @@ class WorkStore:
         if text(reply[0]) == "HIDE":
             # Whose it is is kept before it leaves the square, so a report that
             # races this one finds its owner in one place or the other.
-            await self._redis.hset(_HIDDEN, wid, owner)
+            await self._redis.hset(HIDDEN, wid, owner)
             await self._square.remove(wid)
 
     async def restore(self, wid: str) -> bool:
         """Bring a hidden work back to the square (an operator's decision)."""
-        owner = await self._redis.hget(_HIDDEN, wid)
+        owner = await self._redis.hget(HIDDEN, wid)
         if owner is None:
             return False
         _, raw, count = await self._run(text(owner), "restore", wid)
         record = json.loads(raw)
         if record.get("published_at"):
             await self._square.publish(square_work(record, int(count)), text(owner))
-        await self._redis.hdel(_HIDDEN, wid)
+        await self._redis.hdel(HIDDEN, wid)
         return True
 
     async def take_down(self, wid: str) -> bool:
@@ -275,4 +275,5 @@ class WorkStore:
         return items, int(rows[-1][1]) if more and rows else None
 
 
-_HIDDEN: Final = "studio:square:{square}:hidden"
+# The works their owners hid from the square (an account's deletion clears its own).
+HIDDEN: Final = "studio:square:{square}:hidden"

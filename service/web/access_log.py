@@ -32,7 +32,7 @@ from aiohttp.abc import AbstractAccessLogger
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_response import StreamResponse
 
-from ..limits.client_ip import IPNetwork, _forwarded_client, parse_ip
+from ..limits.client_ip import IPNetwork, forwarded_client, parse_ip
 
 _LOGGER: Final = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ class AccessLog:
         if peer is not None and any(peer in net for net in self._trusted):
             # It reads nothing but the headers, which every BaseRequest has.
             relayed = cast(web.Request, request)
-            return str(_forwarded_client(relayed, peer, self._trusted))
+            return str(forwarded_client(relayed, peer, self._trusted))
         if len(self._direct) >= _MAX_DIRECT_PEERS:
             self._direct.clear()
         name = self._direct[remote] = "unknown" if peer is None else str(peer)

@@ -11,7 +11,7 @@ from aiohttp import hdrs, web
 from aiohttp.abc import AbstractStreamWriter
 from aiohttp.web_request import BaseRequest
 
-from ...keys import MEDIA
+from ..keys import MEDIA
 from .ranges import entity_tag_matches, requested_range
 from .s3 import MediaUnavailable, RangeNotSatisfiable, S3MediaStore
 from .store import CONTENT_TYPES, DirectoryStore, MissingMedia, valid_key
