@@ -26,9 +26,11 @@ import requests
 from aiohttp import web
 
 from service.app import create_app
-from service.keys import CLOCK, CONTENT, MEDIA, METRICS, REDIS, SETTINGS, UPSTREAMS
+from service.keys import CLOCK, CONTENT, REDIS, SETTINGS
+from service.metrics import METRICS
 from service.settings import Settings
 from service.store.embedded import MailCatcher
+from service.studio.keys import MEDIA, UPSTREAMS
 from service.studio.worker import Worker
 from service.web.hardening import handler_options, setup_log_hygiene
 

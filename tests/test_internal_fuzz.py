@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, Phase, example, given, strategies as st
 from redis import Redis as SyncRedis
 
 from service.app import create_app
-from service.keys import PROVIDERS
+from service.payments.keys import PROVIDERS
 from service.payments.providers.wechatpay import WechatPayProvider
 from service.settings import load_settings
 from service.store.embedded import MailCatcher, RedisServer, free_port
