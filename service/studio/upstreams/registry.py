@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from ...content import Model
 from ...settings import UpstreamSettings, WorkbenchSettings
-from . import fal, openai, replicate
+from . import ark, fal, openai, replicate
 from .base import Output, Progress, Request, Upstream, UpstreamError
 from .demo import DemoUpstream
 
@@ -28,7 +28,10 @@ ADAPTERS: Final[dict[str, Adapter]] = {
     "openai": openai.OpenAIUpstream,
     "fal": fal.FalUpstream,
     "replicate": replicate.ReplicateUpstream,
+    "ark": ark.upstream,
 }
+# Protocols whose upstream needs no key (a self-hosted server): a base_url is enough.
+KEYLESS: Final = frozenset({"comfyui"})
 # protocol -> which submitted field it cannot honour.
 CHECKS: Final[dict[str, Check]] = {
     "openai": lambda model, asked: openai.refused_field(asked),
@@ -61,7 +64,9 @@ class Upstreams:
         for name, config in settings.upstreams.items():
             if config.protocol == "demo":
                 self._adapters[name] = DemoUpstream(settings.demo_seconds)
-            elif config.api_key and config.protocol in ADAPTERS:
+            elif config.protocol in ADAPTERS and (
+                config.api_key or (config.protocol in KEYLESS and config.base_url)
+            ):
                 self._adapters[name] = ADAPTERS[config.protocol](config)
 
     def available(self, model: Model, today: dt.date | None = None) -> bool:
