@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
@@ -11,6 +12,8 @@ from typing import Any, Final, Literal
 from .settings import PACKAGE
 
 CONTENT_DIR: Final = PACKAGE / "content"
+# The optional submit fields a model may or may not take (its row's `fields`).
+OPTIONAL_FIELDS: Final = ("negative_prompt", "seed", "reference")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,10 +44,24 @@ class Model:
     upstream_model: str
     seconds: int | None = None
     retires_at: dt.date | None = None
+    # Which of OPTIONAL_FIELDS the model takes; submit refuses the others.
+    fields: tuple[str, ...] = ()
 
     def retired(self, today: dt.date) -> bool:
         """Tell whether the vendor has retired this model by that day."""
         return self.retires_at is not None and today >= self.retires_at
+
+    def refused_field(self, asked: Mapping[str, Any]) -> str | None:
+        """Name a submitted optional field this model cannot take (blank is none)."""
+        for name in OPTIONAL_FIELDS:
+            if name in self.fields or name not in asked:
+                continue
+            value = asked[name]
+            blank = isinstance(value, str) and not value.strip()
+            if name == "negative_prompt" and blank:
+                continue
+            return name
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,8 +117,19 @@ def load_content(directory: Path = CONTENT_DIR) -> Content:
     return Content(
         site=site,
         documents=documents,
-        models=tuple(
-            Model(**{**model, "sizes": tuple(model["sizes"])}) for model in models
-        ),
+        models=tuple(_model(row) for row in models),
         packs=packs,
     )
+
+
+def _model(row: Mapping[str, Any]) -> Model:
+    """One row of models.toml, its `fields` checked against what submit knows."""
+    fields = tuple(row.get("fields", ()))
+    unknown = sorted(set(fields) - set(OPTIONAL_FIELDS))
+    if unknown:
+        raise ValueError(f"models.toml: {row['id']}: unknown fields {unknown}")
+    if ("reference" in fields) != row["accepts_reference"]:
+        raise ValueError(
+            f"models.toml: {row['id']}: accepts_reference disagrees with fields"
+        )
+    return Model(**{**row, "sizes": tuple(row["sizes"]), "fields": fields})
