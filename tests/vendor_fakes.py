@@ -11,6 +11,11 @@ scripted with `fake.script(Canned(...))` as in upstream_fakes.
 
     FakeArk(key)         POST /api/v3/images/generations (b64_json at once),
                          /api/v3/contents/generations/tasks (create, GET, DELETE)
+    FakeDashScope(key)   Wan video-synthesis (403 without X-DashScope-Async),
+                         /api/v1/tasks/{id} (+ /cancel), Qwen-Image at once
+    FakeKling("AK:SK")   /v1/videos/*, /v1/images/generations behind a checked JWT
+    FakeMiniMax(key)     video_generation, query, files/retrieve, image_generation;
+                         errors as HTTP 200 with base_resp.status_code
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+import jwt
 from aiohttp import web
 
 from .upstream_fakes import FakeServer, mp4, png
@@ -236,3 +242,338 @@ class FakeArk(FakeTasks):
         if task.state == "waiting":
             task.state = "cancelled"
         return web.json_response({})
+
+
+# DashScope's error bodies (help.aliyun.com error-code-start).
+def dashscope_error(code: str, message: str = "") -> dict[str, Any]:
+    """A DashScope error body."""
+    return {
+        "request_id": secrets.token_hex(16),
+        "code": code,
+        "message": message or code,
+    }
+
+
+DASHSCOPE_STATES = {
+    "waiting": "PENDING",
+    "running": "RUNNING",
+    "succeeded": "SUCCEEDED",
+    "failed": "FAILED",
+    "cancelled": "CANCELED",
+    "expired": "UNKNOWN",
+}
+
+
+class FakeDashScope(FakeTasks):
+    """Alibaba Model Studio: Wan video tasks (async header required), Qwen-Image."""
+
+    def routes(self) -> list[web.RouteDef]:
+        """DashScope's video, multimodal-generation and task routes."""
+        return [
+            web.post(
+                "/api/v1/services/aigc/video-generation/video-synthesis", self._create
+            ),
+            web.post(
+                "/api/v1/services/aigc/multimodal-generation/generation", self._image
+            ),
+            web.get("/api/v1/tasks/{id}", self._get),
+            web.post("/api/v1/tasks/{id}/cancel", self._cancel),
+        ]
+
+    def _refused(self, request: web.Request) -> web.StreamResponse | None:
+        if self.bearer(request):
+            return None
+        body = dashscope_error("InvalidApiKey", "Invalid API-key provided.")
+        return web.json_response(body, status=401)
+
+    async def _image(self, request: web.Request) -> web.StreamResponse:
+        if (canned := await self.scripted(request)) is not None:
+            return canned
+        if (refused := self._refused(request)) is not None:
+            return refused
+        body = await request.json()
+        if self.failure:
+            return web.json_response(dashscope_error(self.failure), status=400)
+        count = body["parameters"]["n"]
+        content = [
+            {"image": self.serve(f"q{next(self._names)}.png", png(), "image/png")}
+            for _ in range(count)
+        ]
+        return web.json_response(
+            {
+                "output": {
+                    "choices": [
+                        {
+                            "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": content},
+                        }
+                    ]
+                },
+                "usage": {"width": 1328, "height": 1328, "image_count": count},
+                "request_id": secrets.token_hex(16),
+            }
+        )
+
+    async def _create(self, request: web.Request) -> web.StreamResponse:
+        if (canned := await self.scripted(request)) is not None:
+            return canned
+        if (refused := self._refused(request)) is not None:
+            return refused
+        if request.headers.get("X-DashScope-Async") != "enable":
+            body = dashscope_error(
+                "AccessDenied", "current user api does not support synchronous calls"
+            )
+            return web.json_response(body, status=403)
+        task = self.new_task("video", await request.json())
+        return web.json_response(
+            {
+                "output": {"task_id": task.id, "task_status": "PENDING"},
+                "request_id": secrets.token_hex(16),
+            }
+        )
+
+    async def _get(self, request: web.Request) -> web.StreamResponse:
+        if (canned := await self.scripted(request)) is not None:
+            return canned
+        if (refused := self._refused(request)) is not None:
+            return refused
+        task = self.tasks.get(request.match_info["id"])
+        if task is None:
+            output: dict[str, Any] = {"task_id": request.match_info["id"],
+                                      "task_status": "UNKNOWN"}  # fmt: skip
+        else:
+            self.advance(task)
+            output = {"task_id": task.id, "task_status": DASHSCOPE_STATES[task.state]}
+            if task.state == "succeeded":
+                output["video_url"] = task.url
+            if task.state == "failed":
+                output |= {"code": task.code, "message": "refused"}
+        return web.json_response(
+            {"request_id": secrets.token_hex(16), "output": output}
+        )
+
+    async def _cancel(self, request: web.Request) -> web.StreamResponse:
+        if (canned := await self.scripted(request)) is not None:
+            return canned
+        if (refused := self._refused(request)) is not None:
+            return refused
+        task = self.tasks.get(request.match_info["id"])
+        if task is None or task.state != "waiting":
+            body = dashscope_error("UnsupportedOperation", "only PENDING tasks")
+            return web.json_response(body, status=400)
+        task.state = "cancelled"
+        return web.json_response({"request_id": secrets.token_hex(16)})
+
+
+KLING_STATES = {
+    "waiting": "submitted",
+    "running": "processing",
+    "succeeded": "succeed",
+    "failed": "failed",
+}
+
+
+def kling_error(code: int, message: str) -> dict[str, Any]:
+    """A Kling error body."""
+    return {"code": code, "message": message, "request_id": secrets.token_hex(16)}
+
+
+class FakeKling(FakeTasks):
+    """The Kling open platform: tasks behind a JWT it checks (HS256, iss, exp, nbf).
+
+    `key` is "ACCESS:SECRET" as the operator configures it; `tokens` records
+    every verified token's claims. Moderation after submission: a failed
+    task with `failure` as its task_status_msg.
+    """
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.access, _, self.secret = key.partition(":")
+        self.tokens: list[dict[str, Any]] = []
+
+    def routes(self) -> list[web.RouteDef]:
+        """Kling's task routes."""
+        return [
+            web.post("/v1/{kind}/{action}", self._create),
+            web.get("/v1/{kind}/{action}/{id}", self._get),
+        ]
+
+    def _refused(self, request: web.Request) -> web.StreamResponse | None:
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        if scheme != "Bearer":
+            return web.json_response(kling_error(1000, "auth empty"), status=401)
+        try:
+            claims = jwt.decode(
+                token,
+                self.secret,
+                algorithms=["HS256"],
+                issuer=self.access,
+                options={"require": ["iss", "exp", "nbf"]},
+            )
+        except jwt.ImmatureSignatureError:
+            return web.json_response(kling_error(1003, "not yet valid"), status=401)
+        except jwt.ExpiredSignatureError:
+            return web.json_response(kling_error(1004, "expired"), status=401)
+        except jwt.PyJWTError:
+            return web.json_response(kling_error(1002, "auth invalid"), status=401)
+        self.tokens.append(claims)
+        return None
+
+    async def _create(self, request: web.Request) -> web.StreamResponse:
+        if (canned := await self.scripted(request)) is not None:
+            return canned
+        if (refused := self._refused(request)) is not None:
+            return refused
+        path = f"{request.match_info['kind']}/{request.match_info['action']}"
+        kind = "image" if path == "images/generations" else "video"
+        task = self.new_task(kind, await request.json())
+        return web.json_response(
+            {
+                "code": 0,
+                "message": "SUCCEED",
+                "request_id": secrets.token_hex(16),
+                "data": {
+                    "task_id": task.id,
+                    "task_info": {},
+                    "task_status": "submitted",
+                    "created_at": 1764057600000,
+                    "updated_at": 1764057600000,
+                },
+            }
+        )
+
+    async def _get(self, request: web.Request) -> web.StreamResponse:
+        if (canned := await self.scripted(request)) is not None:
+            return canned
+        if (refused := self._refused(request)) is not None:
+            return refused
+        task = self.tasks.get(request.match_info["id"])
+        if task is None:
+            return web.json_response(kling_error(1203, "task not found"), status=404)
+        self.advance(task)
+        data: dict[str, Any] = {
+            "task_id": task.id,
+            "task_status": KLING_STATES[task.state],
+            "task_status_msg": "",
+            "created_at": 1764057600000,
+            "updated_at": 1764057660000,
+        }
+        if task.state == "succeeded":
+            if task.kind == "image":
+                count = int(task.body.get("n", 1))
+                images = [{"index": i, "url": self.result(task)} for i in range(count)]
+                data["task_result"] = {"images": images}
+            else:
+                videos = [{"id": task.id, "url": task.url, "duration": "5.041"}]
+                data["task_result"] = {"videos": videos}
+            data["final_unit_deduction"] = "1"
+        if task.state == "failed":
+            data["task_status_msg"] = self.failure
+        return web.json_response(
+            {"code": 0, "message": "SUCCEED", "request_id": "r", "data": data}
+        )
+
+
+MINIMAX_STATES = {"waiting": "Queueing", "running": "Processing"}
+
+
+def minimax_answer(code: int, message: str, **body: Any) -> dict[str, Any]:
+    """A MiniMax answer with its base_resp (errors come with HTTP 200)."""
+    return {**body, "base_resp": {"status_code": code, "status_msg": message}}
+
+
+class FakeMiniMax(FakeTasks):
+    """MiniMax: video_generation, query, files/retrieve; image_generation.
+
+    A failed task answers status Fail with base_resp 1027 (output sensitive)
+    when `failure` is "1027"; `refusal` makes the next create answer that
+    status code (with HTTP 200, as MiniMax does).
+    """
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.refusal: int | None = None
+
+    def routes(self) -> list[web.RouteDef]:
+        """MiniMax's V1 video and image routes."""
+        return [
+            web.post("/v1/video_generation", self._create),
+            web.get("/v1/query/video_generation", self._query),
+            web.get("/v1/files/retrieve", self._file_retrieve),
+            web.post("/v1/image_generation", self._image),
+        ]
+
+    def _refused(self, request: web.Request) -> web.StreamResponse | None:
+        if self.bearer(request):
+            return None
+        return web.json_response(minimax_answer(1004, "authorized error"))
+
+    async def _create(self, request: web.Request) -> web.StreamResponse:
+        if (canned := await self.scripted(request)) is not None:
+            return canned
+        if (refused := self._refused(request)) is not None:
+            return refused
+        if self.refusal is not None:
+            return web.json_response(minimax_answer(self.refusal, "refused"))
+        task = self.new_task("video", await request.json())
+        return web.json_response(minimax_answer(0, "success", task_id=task.id))
+
+    async def _query(self, request: web.Request) -> web.StreamResponse:
+        if (canned := await self.scripted(request)) is not None:
+            return canned
+        if (refused := self._refused(request)) is not None:
+            return refused
+        task = self.tasks.get(request.query.get("task_id", ""))
+        if task is None:
+            return web.json_response(minimax_answer(2013, "task not found"))
+        self.advance(task)
+        if task.state == "succeeded":
+            return web.json_response(
+                minimax_answer(0, "success", task_id=task.id, status="Success",
+                               file_id=f"file-{task.id}", video_width=1366,
+                               video_height=768)
+            )  # fmt: skip
+        if task.state in ("failed", "expired", "cancelled"):
+            code = int(task.code) if task.code.isdigit() else 0
+            return web.json_response(
+                minimax_answer(code, "failed", task_id=task.id, status="Fail")
+            )
+        status = MINIMAX_STATES[task.state]
+        return web.json_response(
+            minimax_answer(0, "success", task_id=task.id, status=status)
+        )
+
+    async def _file_retrieve(self, request: web.Request) -> web.StreamResponse:
+        if (canned := await self.scripted(request)) is not None:
+            return canned
+        if (refused := self._refused(request)) is not None:
+            return refused
+        file_id = request.query.get("file_id", "")
+        task = self.tasks.get(file_id.removeprefix("file-"))
+        if task is None or not task.url:
+            return web.json_response(minimax_answer(2013, "file not found"))
+        file = {
+            "file_id": file_id,
+            "bytes": len(clip()),
+            "created_at": 1764057600,
+            "filename": "output_aigc.mp4",
+            "purpose": "video_generation",
+            "download_url": task.url,
+            "backup_download_url": task.url,
+        }
+        return web.json_response(minimax_answer(0, "success", file=file))
+
+    async def _image(self, request: web.Request) -> web.StreamResponse:
+        if (canned := await self.scripted(request)) is not None:
+            return canned
+        if (refused := self._refused(request)) is not None:
+            return refused
+        body = await request.json()
+        if self.refusal is not None:
+            return web.json_response(minimax_answer(self.refusal, "refused"))
+        images = [base64.b64encode(png()).decode() for _ in range(int(body["n"]))]
+        return web.json_response(
+            minimax_answer(0, "success", id="img", data={"image_base64": images},
+                           metadata={"success_count": len(images),
+                                     "failed_count": 0})
+        )  # fmt: skip

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from ...content import Model
 from ...settings import UpstreamSettings, WorkbenchSettings
-from . import ark, fal, openai, replicate
+from . import ark, dashscope, fal, kling, minimax, openai, replicate
 from .base import Output, Progress, Request, Upstream, UpstreamError
 from .demo import DemoUpstream
 
@@ -29,6 +29,9 @@ ADAPTERS: Final[dict[str, Adapter]] = {
     "fal": fal.FalUpstream,
     "replicate": replicate.ReplicateUpstream,
     "ark": ark.upstream,
+    "dashscope": dashscope.upstream,
+    "kling": kling.upstream,
+    "minimax": minimax.upstream,
 }
 # Protocols whose upstream needs no key (a self-hosted server): a base_url is enough.
 KEYLESS: Final = frozenset({"comfyui"})
