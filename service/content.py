@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -14,6 +15,10 @@ from .settings import PACKAGE
 CONTENT_DIR: Final = PACKAGE / "content"
 # The optional submit fields a model may or may not take (its row's `fields`).
 OPTIONAL_FIELDS: Final = ("negative_prompt", "seed", "reference")
+# Our fields a workflow's node inputs can take (a comfyui row's `inputs`).
+WORKFLOW_FIELDS: Final = (
+    "prompt", "negative_prompt", "seed", "width", "height", "count", "reference",
+)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +51,10 @@ class Model:
     retires_at: dt.date | None = None
     # Which of OPTIONAL_FIELDS the model takes; submit refuses the others.
     fields: tuple[str, ...] = ()
+    # A comfyui model: its workflow file (content/workflows/) and which of our
+    # fields goes to which "<node id>.<input name>".
+    workflow: str | None = None
+    inputs: tuple[tuple[str, str], ...] = ()
 
     def retired(self, today: dt.date) -> bool:
         """Tell whether the vendor has retired this model by that day."""
@@ -79,6 +88,8 @@ class Content:
     documents: dict[str, DocumentMeta]
     models: tuple[Model, ...]
     packs: tuple[Pack, ...]
+    # The workflows comfyui rows name, parsed (ComfyUI's API format), by file name.
+    workflows: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def lastmod(self) -> dt.date:
@@ -114,11 +125,15 @@ def load_content(directory: Path = CONTENT_DIR) -> Content:
         for name, entry in site.pop("documents").items()
     }
     packs = tuple(Pack(**pack) for pack in site.pop("packs"))
+    rows = tuple(_model(row) for row in models)
     return Content(
         site=site,
         documents=documents,
-        models=tuple(_model(row) for row in models),
+        models=rows,
         packs=packs,
+        workflows={
+            row.workflow: _workflow(directory, row) for row in rows if row.workflow
+        },
     )
 
 
@@ -132,4 +147,29 @@ def _model(row: Mapping[str, Any]) -> Model:
         raise ValueError(
             f"models.toml: {row['id']}: accepts_reference disagrees with fields"
         )
-    return Model(**{**row, "sizes": tuple(row["sizes"]), "fields": fields})
+    inputs = tuple(sorted(row.get("inputs", {}).items()))
+    unknown = sorted({name for name, _ in inputs} - set(WORKFLOW_FIELDS))
+    if unknown:
+        raise ValueError(f"models.toml: {row['id']}: unknown inputs {unknown}")
+    return Model(
+        **{**row, "sizes": tuple(row["sizes"]), "fields": fields, "inputs": inputs}
+    )
+
+
+def _workflow(directory: Path, model: Model) -> Mapping[str, Any]:
+    """Read a row's workflow; every input it maps must be a node's input."""
+    name = model.workflow or ""
+    if "/" in name or "\\" in name or not name.endswith(".json"):
+        raise ValueError(f"models.toml: {model.id}: workflow must be a file name")
+    with (directory / "workflows" / name).open("rb") as file:
+        graph = json.load(file)
+    for field_name, target in model.inputs:
+        node, _, key = target.partition(".")
+        inputs = graph.get(node, {}).get("inputs") if isinstance(graph, dict) else None
+        if not isinstance(inputs, dict) or key not in inputs:
+            raise ValueError(
+                f"models.toml: {model.id}: {field_name} -> {target}: no such input"
+            )
+    if not isinstance(graph, dict):
+        raise ValueError(f"workflows/{name}: not a graph in API format")
+    return graph

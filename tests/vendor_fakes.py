@@ -16,15 +16,20 @@ scripted with `fake.script(Canned(...))` as in upstream_fakes.
     FakeKling("AK:SK")   /v1/videos/*, /v1/images/generations behind a checked JWT
     FakeMiniMax(key)     video_generation, query, files/retrieve, image_generation;
                          errors as HTTP 200 with base_resp.status_code
+    FakeComfyUI()        a ComfyUI server: the queue runs prompts step by step,
+                         progress over /ws, files in /history and /view
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import itertools
 import secrets
+import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import jwt
 from aiohttp import web
@@ -577,3 +582,221 @@ class FakeMiniMax(FakeTasks):
                            metadata={"success_count": len(images),
                                      "failed_count": 0})
         )  # fmt: skip
+
+
+@dataclass
+class ComfyPrompt:
+    """One queued prompt of the fake ComfyUI."""
+
+    id: str
+    graph: dict[str, Any]
+    client_id: str
+    state: str = "pending"  # running, success, error, interrupted
+    step: int = 0
+    interrupt: bool = False
+
+
+class FakeComfyUI(FakeServer):
+    """ComfyUI's server: /prompt, /ws, /history, /view, /queue, /interrupt, /upload.
+
+    One runner executes the queue in order: `steps` sampler steps, each a
+    `progress` event to the prompt's client over the websocket (`hold` stops
+    it before the last step, `queued` keeps the queue from starting), then
+    `executed` and `execution_success`, and the history entry names the
+    SaveImage node's files (batch_size of them, served by /view). `failure`
+    makes a run end in `execution_error` with that exception type.
+    """
+
+    def __init__(self, steps: int = 10) -> None:
+        super().__init__()
+        self.steps = steps
+        self.prompts: dict[str, ComfyPrompt] = {}
+        self.hold = False
+        self.queued = False
+        self.failure: str | None = None
+        self.sockets: dict[str, list[web.WebSocketResponse]] = {}
+        self.uploads: dict[str, bytes] = {}
+        self._views: dict[str, bytes] = {}
+        self._queue_runner: Any = None
+
+    @property
+    def creates(self) -> int:
+        """How many prompts were queued (each one a GPU run)."""
+        return len(self.prompts)
+
+    def routes(self) -> list[web.RouteDef]:
+        """The routes a client of ComfyUI uses."""
+        return [
+            web.post("/prompt", self._prompt),
+            web.get("/ws", self._ws),
+            web.get("/history/{id}", self._history),
+            web.get("/view", self._view),
+            web.get("/queue", self._queue),
+            web.post("/queue", self._queue_change),
+            web.post("/interrupt", self._interrupt),
+            web.post("/upload/image", self._upload),
+        ]
+
+    async def __aenter__(self) -> Self:
+        await super().__aenter__()
+        self._queue_runner = asyncio.create_task(self._run())
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self._queue_runner.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._queue_runner
+        for sockets in self.sockets.values():
+            for ws in sockets:
+                await ws.close()
+        await super().__aexit__(*exc)
+
+    async def _send(self, prompt: ComfyPrompt, kind: str, **data: Any) -> None:
+        for ws in list(self.sockets.get(prompt.client_id, [])):
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                await ws.send_json(
+                    {"type": kind, "data": {**data, "prompt_id": prompt.id}}
+                )
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(0.02)
+            pending = [p for p in self.prompts.values() if p.state == "pending"]
+            if self.queued or not pending:
+                continue
+            prompt = pending[0]
+            prompt.state = "running"
+            await self._send(prompt, "execution_start", timestamp=1)
+            while prompt.step < self.steps:
+                if prompt.interrupt:
+                    prompt.state = "interrupted"
+                    await self._send(prompt, "execution_interrupted", node_id="3",
+                                     node_type="KSampler", executed=[])  # fmt: skip
+                    break
+                if self.hold and prompt.step == self.steps - 1:
+                    await asyncio.sleep(0.02)
+                    continue
+                prompt.step += 1
+                await self._send(
+                    prompt, "progress", value=prompt.step, max=self.steps, node="3"
+                )
+                await asyncio.sleep(0.01)
+            if prompt.state == "interrupted":
+                continue
+            if self.failure is not None:
+                prompt.state = "error"
+                await self._send(prompt, "execution_error", node_id="3",
+                                 node_type="KSampler", exception_type=self.failure,
+                                 exception_message="failed", traceback=[])  # fmt: skip
+                continue
+            prompt.state = "success"
+            await self._send(prompt, "executed", node="9", output=self._outputs(prompt))
+            await self._send(prompt, "execution_success", timestamp=2)
+            await self._send(prompt, "executing", node=None)
+
+    def _outputs(self, prompt: ComfyPrompt) -> dict[str, Any]:
+        latent = prompt.graph["5"]["inputs"]
+        images = []
+        for index in range(int(latent["batch_size"])):
+            name = f"studio_{prompt.id[:8]}_{index:05}_.png"
+            self._views[name] = png(
+                int(latent["width"]) // 16, int(latent["height"]) // 16
+            )
+            images.append({"filename": name, "subfolder": "", "type": "output"})
+        preview = {"filename": "preview.png", "subfolder": "", "type": "temp"}
+        return {"images": [*images, preview]}
+
+    async def _prompt(self, request: web.Request) -> web.StreamResponse:
+        if (canned := await self.scripted(request)) is not None:
+            return canned
+        body = await request.json()
+        graph = body.get("prompt")
+        if not isinstance(graph, dict) or not graph:
+            return web.json_response(
+                {"error": {"type": "no_prompt", "message": "No prompt provided",
+                           "details": "", "extra_info": {}}, "node_errors": {}},
+                status=400,
+            )  # fmt: skip
+        prompt_id = str(body.get("prompt_id") or uuid.uuid4())
+        self.prompts[prompt_id] = ComfyPrompt(
+            prompt_id, graph, body.get("client_id", "")
+        )
+        return web.json_response(
+            {"prompt_id": prompt_id, "number": len(self.prompts), "node_errors": {}}
+        )
+
+    async def _ws(self, request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        client = request.query.get("clientId", "")
+        self.sockets.setdefault(client, []).append(ws)
+        await ws.send_json({"type": "status", "data": {"status": {"exec_info": {
+            "queue_remaining": len(self.prompts)}}, "sid": client}})  # fmt: skip
+        await ws.send_bytes(b"\x00\x00\x00\x01\x00\x00\x00\x02" + png()[:16])
+        async for _ in ws:
+            pass
+        self.sockets[client].remove(ws)
+        return ws
+
+    async def _history(self, request: web.Request) -> web.StreamResponse:
+        if (canned := await self.scripted(request)) is not None:
+            return canned
+        prompt = self.prompts.get(request.match_info["id"])
+        if prompt is None or prompt.state in ("pending", "running"):
+            return web.json_response({})
+        success = prompt.state == "success"
+        entry = {
+            "prompt": [1, prompt.id, prompt.graph, {}, ["9"]],
+            "outputs": {"9": self._outputs(prompt)} if success else {},
+            "status": {
+                "status_str": "success" if success else "error",
+                "completed": success,
+                "messages": [["execution_start", {"prompt_id": prompt.id}]],
+            },
+            "meta": {},
+        }
+        return web.json_response({prompt.id: entry})
+
+    async def _view(self, request: web.Request) -> web.StreamResponse:
+        name = request.query.get("filename", "")
+        if request.query.get("type") != "output" or name not in self._views:
+            raise web.HTTPNotFound()
+        return web.Response(body=self._views[name], content_type="image/png")
+
+    async def _queue(self, request: web.Request) -> web.StreamResponse:
+        def items(state: str) -> list[Any]:
+            return [
+                [n, p.id, p.graph, {"client_id": p.client_id}, ["9"]]
+                for n, p in enumerate(self.prompts.values())
+                if p.state == state
+            ]
+
+        return web.json_response(
+            {"queue_running": items("running"), "queue_pending": items("pending")}
+        )
+
+    async def _queue_change(self, request: web.Request) -> web.StreamResponse:
+        await self.scripted(request)
+        for prompt_id in (await request.json()).get("delete", []):
+            prompt = self.prompts.get(prompt_id)
+            if prompt is not None and prompt.state == "pending":
+                prompt.state = "deleted"
+        return web.Response()
+
+    async def _interrupt(self, request: web.Request) -> web.StreamResponse:
+        await self.scripted(request)
+        prompt = self.prompts.get((await request.json()).get("prompt_id", ""))
+        if prompt is not None and prompt.state == "running":
+            prompt.interrupt = True
+        return web.Response()
+
+    async def _upload(self, request: web.Request) -> web.StreamResponse:
+        if (canned := await self.scripted(request)) is not None:
+            return canned
+        form = await request.post()
+        image = form["image"]
+        assert isinstance(image, web.FileField)
+        self.uploads[image.filename] = image.file.read()
+        return web.json_response(
+            {"name": image.filename, "subfolder": "", "type": "input"}
+        )

@@ -316,6 +316,9 @@ class Worker:
             seconds=float(model.seconds) if model.seconds else None,
             reference=await self._reference(account, model, fields),
             memo=memo,
+            job=gid,
+            workflow=self.content.workflows.get(model.workflow or ""),
+            inputs=dict(model.inputs),
         )
         shown = float(fields.get("progress", "0"))
 

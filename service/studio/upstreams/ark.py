@@ -28,7 +28,7 @@ from .base import Output, Request, UpstreamError
 from .fetch import decode_base64
 from .http import Answer, UpstreamHttp, error_code, failed, http_fault
 from .inputs import data_uri, nearest_ratio
-from .tasks import Polled, TaskUpstream
+from .tasks import Polled, TaskUpstream, VendorApi
 
 IMAGES: Final = "/api/v3/images/generations"
 TASKS: Final = "/api/v3/contents/generations/tasks"
@@ -92,7 +92,7 @@ def video_body(request: Request) -> dict[str, Any]:
     }
 
 
-class ArkApi:
+class ArkApi(VendorApi):
     """Seedream answered at once; Seedance created, polled and cancelled."""
 
     def __init__(self, config: UpstreamSettings) -> None:

@@ -15,9 +15,9 @@ SIGKILL recalls and polls it instead of paying for a second one (tasks.py).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 Progress = Callable[[float], Awaitable[None]]
 
@@ -67,6 +67,11 @@ class Request:
     seconds: float | None
     reference: bytes | None
     memo: TaskMemo = field(default_factory=LocalMemo, compare=False, repr=False)
+    # The generation's id (a vendor that takes our own id for its task gets it).
+    job: str = ""
+    # A comfyui model's workflow (API format) and its field -> "node.input" map.
+    workflow: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    inputs: Mapping[str, str] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

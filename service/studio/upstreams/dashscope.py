@@ -28,7 +28,7 @@ from .base import Output, Request, UpstreamError
 from .fetch import fetch_result
 from .http import Answer, UpstreamHttp, error_code, failed, http_fault, retry_after
 from .inputs import data_uri, nearest_ratio
-from .tasks import Polled, TaskUpstream
+from .tasks import Polled, TaskUpstream, VendorApi
 
 VIDEO: Final = "/api/v1/services/aigc/video-generation/video-synthesis"
 IMAGES: Final = "/api/v1/services/aigc/multimodal-generation/generation"
@@ -99,7 +99,7 @@ def image_body(request: Request) -> dict[str, Any]:
     }
 
 
-class DashScopeApi:
+class DashScopeApi(VendorApi):
     """Qwen-Image answered at once; Wan videos created, polled and cancelled."""
 
     def __init__(self, config: UpstreamSettings) -> None:

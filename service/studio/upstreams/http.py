@@ -258,6 +258,7 @@ class UpstreamHttp:
         path: str,
         *,
         json: Any = None,
+        data: Any = None,
         headers: dict[str, str] | None = None,
         limit: int = JSON_LIMIT,
         within: float | None = None,
@@ -270,7 +271,12 @@ class UpstreamHttp:
         try:
             async with asyncio.timeout(within or self.timeout):
                 async with self.session.request(
-                    method, url, json=json, headers=sent, allow_redirects=False
+                    method,
+                    url,
+                    json=json,
+                    data=data,
+                    headers=sent,
+                    allow_redirects=False,
                 ) as response:
                     body = await read_limited(response, limit)
                     return Answer(response.status, response.headers, body)

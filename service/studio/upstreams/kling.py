@@ -31,7 +31,7 @@ from ...settings import UpstreamSettings
 from .base import Output, Request, UpstreamError
 from .http import Answer, Secret, UpstreamHttp, failed, http_fault, retry_after
 from .inputs import nearest_ratio, says_blocked
-from .tasks import Polled, TaskUpstream
+from .tasks import Polled, TaskUpstream, VendorApi
 
 TEXT2VIDEO: Final = "videos/text2video"
 IMAGE2VIDEO: Final = "videos/image2video"
@@ -113,7 +113,7 @@ def create_of(request: Request) -> tuple[str, dict[str, Any]]:
     return TEXT2VIDEO, body
 
 
-class KlingApi:
+class KlingApi(VendorApi):
     """Kling tasks created and polled (no cancel: Kling has none)."""
 
     def __init__(self, config: UpstreamSettings) -> None:

@@ -25,7 +25,7 @@ from .base import Output, Request, UpstreamError
 from .fetch import decode_base64
 from .http import UpstreamHttp, failed, http_fault
 from .inputs import data_uri, nearest_ratio
-from .tasks import Polled, TaskUpstream
+from .tasks import Polled, TaskUpstream, VendorApi
 
 VIDEO: Final = "/v1/video_generation"
 QUERY: Final = "/v1/query/video_generation"
@@ -52,7 +52,7 @@ def refusal(code: int) -> UpstreamError:
     return failed(transient=code in RETRIED)
 
 
-class MiniMaxApi:
+class MiniMaxApi(VendorApi):
     """Hailuo tasks created, queried and retrieved; image-01 answered at once."""
 
     def __init__(self, config: UpstreamSettings) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from ...content import Model
 from ...settings import UpstreamSettings, WorkbenchSettings
-from . import ark, dashscope, fal, kling, minimax, openai, replicate
+from . import ark, comfyui, dashscope, fal, kling, minimax, openai, replicate
 from .base import Output, Progress, Request, Upstream, UpstreamError
 from .demo import DemoUpstream
 
@@ -32,6 +32,7 @@ ADAPTERS: Final[dict[str, Adapter]] = {
     "dashscope": dashscope.upstream,
     "kling": kling.upstream,
     "minimax": minimax.upstream,
+    "comfyui": comfyui.upstream,
 }
 # Protocols whose upstream needs no key (a self-hosted server): a base_url is enough.
 KEYLESS: Final = frozenset({"comfyui"})

@@ -80,10 +80,23 @@ class Polled:
     code: str = FAILED
 
 
+class VendorApi:
+    """What every vendor's API object holds: its one HTTP session."""
+
+    http: UpstreamHttp
+
+    async def aclose(self) -> None:
+        """Close the session."""
+        await self.http.aclose()
+
+
 class TaskApi(Protocol):
     """One vendor's task API: its requests and answers mapped to ours."""
 
     http: UpstreamHttp
+
+    async def aclose(self) -> None:
+        """Release the vendor's connections."""
 
     async def create(self, request: Request) -> str | list[Output]:
         """Create the task and return its id (or the outputs of a synchronous call)."""
@@ -169,5 +182,5 @@ class TaskUpstream:
                 await self.api.cancel(task)
 
     async def aclose(self) -> None:
-        """Close the vendor's session."""
-        await self.api.http.aclose()
+        """Close the vendor's connections."""
+        await self.api.aclose()
