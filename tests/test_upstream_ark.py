@@ -36,7 +36,7 @@ from .workbench import sign_in, worker_process
 KEY = "ark-test-key-7f3e2d1c-0b9a-4c8d-a1b2-c3d4e5f6a7b8"
 IMAGES = "/api/v3/images/generations"
 TASKS = "/api/v3/contents/generations/tasks"
-SEEDREAM, SEEDANCE = ("seedream-5", 4), ("seedance-2", 80)
+SEEDREAM, SEEDANCE = ("seedream-5", 5), ("seedance-2", 80)
 
 
 @pytest.fixture
@@ -100,7 +100,7 @@ async def test_seedream_answers_base64_images_at_once_one_call_per_image(
     assert [w["content_type"] for w in done["works"]] == ["image/png"] * 2
     media = await client.get(done["works"][0]["media_url"])
     assert (await media.read()).startswith(b"\x89PNG")
-    await assert_books(client, 8, refunded=False)
+    await assert_books(client, 10, refunded=False)
 
 
 async def test_a_reference_goes_to_seedream_as_a_data_uri(
@@ -180,7 +180,7 @@ async def test_seedream_moderation_codes_fail_content_blocked_refunded_once(
         )
     assert (done["status"], done["error"]) == ("failed", "CONTENT_BLOCKED")
     assert len(fake.api_requests(IMAGES)) == 1
-    await assert_books(client, 4, refunded=True)
+    await assert_books(client, 5, refunded=True)
 
 
 @pytest.mark.parametrize(

@@ -414,7 +414,7 @@ async def test_qwen_image_answers_at_once_and_its_urls_are_copied(
     assert sent.json()["input"]["messages"][0]["content"] == [{"text": "海报"}]
     assert fake.creates == 0
     assert len(done["works"]) == 2
-    await assert_books(client, 12, refunded=False)
+    await assert_books(client, 16, refunded=False)
 
 
 @pytest.mark.parametrize("vendor", [VENDORS[1]], ids=["kling"], indirect=True)
