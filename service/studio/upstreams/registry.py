@@ -26,8 +26,8 @@ Check = Callable[[Model, Mapping[str, Any]], "str | None"]
 # protocol -> the adapter that speaks it (fal and replicate register here too).
 ADAPTERS: Final[dict[str, Adapter]] = {
     "openai": openai.OpenAIUpstream,
-    "fal": fal.FalUpstream,
-    "replicate": replicate.ReplicateUpstream,
+    "fal": fal.upstream,
+    "replicate": replicate.upstream,
     "ark": ark.upstream,
     "dashscope": dashscope.upstream,
     "kling": kling.upstream,

@@ -5,7 +5,8 @@ as a task, answer its id, and are polled until they report a result URL that
 expires within hours. `TaskUpstream` runs that shape for any `TaskApi`, which
 only maps its vendor's requests and answers:
 
-    create(request) -> task id (or the outputs, when the vendor answered at once)
+    create(request) -> task id; or the outputs (a synchronous API); or a
+                       Polled (the vendor answered the finished task at once)
     poll(request, task) -> Polled(state, fraction, results, code)
     cancel(task)    (best effort; a vendor without one does nothing)
 
@@ -98,8 +99,8 @@ class TaskApi(Protocol):
     async def aclose(self) -> None:
         """Release the vendor's connections."""
 
-    async def create(self, request: Request) -> str | list[Output]:
-        """Create the task and return its id (or the outputs of a synchronous call)."""
+    async def create(self, request: Request) -> str | Polled | list[Output]:
+        """Create the task and return its id (or what a synchronous call made)."""
 
     async def poll(self, request: Request, task: str) -> Polled:
         """Read the task's state once; raise UpstreamError for a fault."""
@@ -122,9 +123,11 @@ class TaskUpstream:
         task = await request.memo.recall()
         if task is None:
             created = await self.api.create(request)
-            if not isinstance(created, str):
+            if isinstance(created, list):
                 await progress(running(1.0))
                 return created
+            if isinstance(created, Polled):
+                return await self._results(request, created, progress)
             task = created
             await request.memo.keep(task)
         try:
@@ -136,7 +139,13 @@ class TaskUpstream:
         except Exception:  # refused or unreadable: stop paying for it
             await self._cancel(task)
             raise
-        if polled.state == "failed":
+        return await self._results(request, polled, progress)
+
+    async def _results(
+        self, request: Request, polled: Polled, progress: Progress
+    ) -> list[Output]:
+        """Download what an ended task made (as many files as were paid for)."""
+        if polled.state != "succeeded":
             raise UpstreamError(polled.code, transient=False)
         wanted = 1 if request.kind == "video" else request.count
         if len(polled.results) < wanted:
