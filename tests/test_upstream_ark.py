@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -335,3 +336,22 @@ async def test_the_key_reaches_no_log_no_answer_and_no_repr(
     assert KEY not in repr(settings) + repr(adapter) + repr(adapter.api.__dict__)
     await adapter.aclose()
     await upstreams.aclose()
+
+
+async def test_a_worker_stopped_by_sigterm_hands_the_task_on_without_cancelling(
+    client: Client, fake: FakeArk, env: dict[str, str]
+) -> None:
+    """SIGTERM past the grace period: the job goes back, the task is not deleted."""
+    fake.queued = True
+    with worker_process(env) as first:
+        generation = await submit(client, model="seedance-2", prompt="slow")
+        await until(lambda: any(task.polls >= 2 for task in fake.tasks.values()))
+        first.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(first.wait, 30)
+    assert not [r for r in fake.requests if r.method == "DELETE"]
+    fake.queued = False
+    with worker_process(env):
+        done = await finished(client, generation, within=60)
+    assert done["status"] == "succeeded", done
+    assert fake.creates == 1
+    await assert_books(client, 80, refunded=False)

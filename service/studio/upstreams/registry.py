@@ -2,7 +2,8 @@
 
 Settings name the upstreams (`[upstreams.NAME]`: protocol, base_url, api_key);
 each model of content/models.toml names its upstream. An upstream without a
-key gets no adapter, so its models are unavailable; with the demo on, every
+key (a keyless one, comfyui: without a base_url) gets no adapter, so its
+models are unavailable; with the demo on, every
 model runs on the demo. A protocol's `refused_field` lets submit refuse, before
 charging, a field that protocol cannot honour.
 """
