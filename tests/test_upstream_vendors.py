@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
 
 from service.app import create_app
+from service.content import Content, load_content
 from service.settings import Settings
 from service.store.embedded import MailCatcher, RedisServer
 from service.studio.upstreams import dashscope, kling, minimax
@@ -488,3 +490,76 @@ async def test_minimax_success_goes_through_files_retrieve(
     (retrieved,) = fake.api_requests("/v1/files/retrieve")
     assert retrieved.headers["Authorization"] == f"Bearer {VENDORS[2].key}"
     assert len(fake.api_requests("/v1/query/video_generation")) >= 2
+
+
+def _with_image_row(upstream: str, upstream_model: str) -> Content:
+    """The catalogue plus an image row on an upstream that has none by default."""
+    content = load_content()
+    base = next(model for model in content.models if model.id == "seedream-5")
+    row = dataclasses.replace(
+        base, id="extra-image", upstream=upstream, upstream_model=upstream_model,
+        sizes=("1024x1024", "1280x720"), credits=3, fields=("seed",),
+        accepts_reference=False,
+    )  # fmt: skip
+    return dataclasses.replace(content, models=(*content.models, row))
+
+
+@pytest.mark.parametrize("vendor", [VENDORS[1]], ids=["kling"], indirect=True)
+async def test_kling_images_are_one_task_of_n_images(
+    aiohttp_client: AiohttpClient,
+    fake: FakeTasks,
+    settings: Settings,
+    mail_server: MailCatcher,
+    redis: Redis,
+) -> None:
+    """POST /v1/images/generations with n; task_result.images all copied."""
+    content = _with_image_row("kling", "kling-v3-omni")
+    client = await aiohttp_client(create_app(settings, content=content))
+    await sign_in(client, mail_server)
+    async with running_worker(redis, settings, content):
+        done = await finished(
+            client,
+            await submit(client, model="extra-image", prompt="海报", count=3,
+                         size="1280x720"),
+        )  # fmt: skip
+    assert done["status"] == "succeeded", done
+    (created,) = fake.api_requests("/v1/images/generations")
+    assert created.json() == {
+        "model_name": "kling-v3-omni", "prompt": "海报", "n": 3, "aspect_ratio": "16:9",
+    }  # fmt: skip
+    assert len(done["works"]) == 3
+    await assert_books(client, 9, refunded=False)
+
+
+@pytest.mark.parametrize("vendor", [VENDORS[2]], ids=["minimax"], indirect=True)
+async def test_minimax_image_01_answers_base64_at_once(
+    aiohttp_client: AiohttpClient,
+    fake: FakeTasks,
+    settings: Settings,
+    mail_server: MailCatcher,
+    redis: Redis,
+) -> None:
+    """One call, response_format base64, n images decoded; a 1026 is blocked."""
+    content = _with_image_row("minimax", "image-01")
+    client = await aiohttp_client(create_app(settings, content=content))
+    await sign_in(client, mail_server)
+    async with running_worker(redis, settings, content):
+        done = await finished(
+            client,
+            await submit(client, model="extra-image", prompt="海报", count=2, seed=4),
+        )
+        assert done["status"] == "succeeded", done
+        fake.script(Canned(200, minimax_answer(1026, "input new_sensitive")))
+        refused = await finished(
+            client, await submit(client, model="extra-image", prompt="不该画的")
+        )
+    assert (refused["status"], refused["error"]) == ("failed", "CONTENT_BLOCKED")
+    first = fake.api_requests("/v1/image_generation")[0]
+    assert first.json() == {
+        "model": "image-01", "prompt": "海报", "aspect_ratio": "1:1",
+        "response_format": "base64", "seed": 4, "n": 2, "prompt_optimizer": False,
+    }  # fmt: skip
+    assert len(done["works"]) == 2
+    kinds = [entry["kind"] for entry in await ledger(client)]
+    assert kinds == ["grant", "debit", "debit", "refund"]
+    assert await balance(client) == TRIAL - 6
