@@ -81,7 +81,7 @@ def _catalogue(tmp_path: Path, row: str) -> Path:
     shutil.copy(CONTENT_DIR / "site.toml", directory / "site.toml")
     (directory / "models.toml").write_text(
         '[[models]]\nid = "m"\nname = "M"\nvendor = "V"\nkind = "image"\n'
-        'credits = 1\nmax_resolution = "1x1"\nnote_zh = ""\nnote_en = ""\n'
+        'credits = 1\nmax_resolution = "1x1"\nnote_zh = "z"\nnote_en = "e"\n'
         'sizes = ["1024x1024"]\nmax_count = 1\nupstream = "fal"\n'
         'upstream_model = "x"\n' + row
     )
