@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import json
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, cast
 
@@ -26,6 +27,12 @@ _MODEL_ID: Final = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _SIZE: Final = re.compile(r"[1-9][0-9]{1,4}x[1-9][0-9]{1,4}")
 _SITE_TEXTS: Final = ("name", "name_zh", "name_en", "operator_zh", "operator_en")
 _SITE_EMAILS: Final = ("contact_email", "support_email", "privacy_email")
+# The optional submit fields a model may or may not take (its row's `fields`).
+OPTIONAL_FIELDS: Final = ("negative_prompt", "seed", "reference")
+# Our fields a workflow's node inputs can take (a comfyui row's `inputs`).
+WORKFLOW_FIELDS: Final = (
+    "prompt", "negative_prompt", "seed", "width", "height", "count", "reference",
+)  # fmt: skip
 
 
 class ContentError(SettingsError):
@@ -60,10 +67,28 @@ class Model:
     upstream_model: str
     seconds: int | None = None
     retires_at: dt.date | None = None
+    # Which of OPTIONAL_FIELDS the model takes; submit refuses the others.
+    fields: tuple[str, ...] = ()
+    # A comfyui model: its workflow file (content/workflows/) and which of our
+    # fields goes to which "<node id>.<input name>".
+    workflow: str | None = None
+    inputs: tuple[tuple[str, str], ...] = ()
 
     def retired(self, today: dt.date) -> bool:
         """Tell whether the vendor has retired this model by that day."""
         return self.retires_at is not None and today >= self.retires_at
+
+    def refused_field(self, asked: Mapping[str, Any]) -> str | None:
+        """Name a submitted optional field this model cannot take (blank is none)."""
+        for name in OPTIONAL_FIELDS:
+            if name in self.fields or name not in asked:
+                continue
+            value = asked[name]
+            blank = isinstance(value, str) and not value.strip()
+            if name == "negative_prompt" and blank:
+                continue
+            return name
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +106,8 @@ class Content:
     documents: dict[str, DocumentMeta]
     models: tuple[Model, ...]
     packs: tuple[Pack, ...]
+    # The workflows comfyui rows name, parsed (ComfyUI's API format), by file name.
+    workflows: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def lastmod(self) -> dt.date:
@@ -115,7 +142,15 @@ def load_content(directory: Path = CONTENT_DIR) -> Content:
     catalogue = _Table(models_file, "", _read(models_file))
     models = _models(models_file, catalogue.take("models", list))
     catalogue.done()
-    return Content(site=facts, documents=documents, models=models, packs=packs)
+    workflows = {
+        model.workflow: _workflow(directory, models_file, model)
+        for model in models
+        if model.workflow
+    }
+    return Content(
+        site=facts, documents=documents, models=models, packs=packs,
+        workflows=workflows,
+    )  # fmt: skip
 
 
 def content_for(settings: Settings) -> Content:
@@ -313,6 +348,7 @@ def _model(table: _Table) -> Model:
     max_count = table.positive("max_count")
     if kind == "video" and max_count != 1:
         raise table.error("max_count", "must be 1 for a video model")
+    accepts = cast(bool, table.take("accepts_reference", bool))
     return Model(
         id=model_id,
         name=table.text("name"),
@@ -324,9 +360,65 @@ def _model(table: _Table) -> Model:
         note_en=table.text("note_en"),
         sizes=sizes,
         max_count=max_count,
-        accepts_reference=cast(bool, table.take("accepts_reference", bool)),
+        accepts_reference=accepts,
         upstream=table.text("upstream"),
         upstream_model=table.text("upstream_model"),
         seconds=seconds,
         retires_at=table.date("retires_at") if table.has("retires_at") else None,
+        fields=_fields(table, accepts),
+        workflow=table.text("workflow") if table.has("workflow") else None,
+        inputs=_inputs(table),
     )
+
+
+def _fields(table: _Table, accepts_reference: bool) -> tuple[str, ...]:
+    """A row's `fields`: known optional fields, `reference` as accepts_reference."""
+    fields = tuple(table.take("fields", list)) if table.has("fields") else ()
+    if not all(isinstance(name, str) for name in fields):
+        raise table.error("fields", "must be an array of field names")
+    if unknown := sorted(set(fields) - set(OPTIONAL_FIELDS)):
+        raise table.error(
+            "fields", f"unknown fields {unknown} (known: {', '.join(OPTIONAL_FIELDS)})"
+        )
+    if ("reference" in fields) != accepts_reference:
+        raise table.error("fields", "has 'reference' exactly when accepts_reference")
+    return fields
+
+
+def _inputs(table: _Table) -> tuple[tuple[str, str], ...]:
+    """A comfyui row's `inputs`: our field -> "<node id>.<input name>"."""
+    inputs = table.take("inputs", dict) if table.has("inputs") else {}
+    if unknown := sorted(set(inputs) - set(WORKFLOW_FIELDS)):
+        raise table.error("inputs", f"unknown inputs {unknown}")
+    if not all(isinstance(target, str) and "." in target for target in inputs.values()):
+        raise table.error("inputs", 'each must be "<node id>.<input name>"')
+    return tuple(sorted(inputs.items()))
+
+
+def _workflow(directory: Path, file: Path, model: Model) -> Mapping[str, Any]:
+    """Read a row's workflow; every input it maps must be a node's input."""
+    name = model.workflow or ""
+    if "/" in name or "\\" in name or not name.endswith(".json"):
+        raise ContentError(f"{file}: {model.id}: workflow: must be a .json file name")
+    path = directory / "workflows" / name
+    try:
+        graph = json.loads(path.read_bytes())
+    except OSError as err:
+        raise ContentError(f"{path}: cannot read: {err.strerror}") from None
+    except ValueError:
+        raise ContentError(f"{path}: not JSON") from None
+    if not isinstance(graph, dict):
+        raise ContentError(f"{path}: not a graph in ComfyUI's API format")
+    for field_name, target in model.inputs:
+        node, _, key = target.partition(".")
+        inputs = (
+            graph.get(node, {}).get("inputs")
+            if isinstance(graph.get(node), dict)
+            else None
+        )
+        if not isinstance(inputs, dict) or key not in inputs:
+            raise ContentError(
+                f"{file}: {model.id}: inputs: {field_name} -> {target}: no such input"
+                f" in {name}"
+            )
+    return graph

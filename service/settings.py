@@ -42,8 +42,16 @@ REDIS_SCHEMES: Final = ("redis", "rediss", "unix", "redis+cluster", "rediss+clus
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 SmtpTls = Literal["off", "starttls", "tls"]
-UpstreamProtocol = Literal["openai", "fal", "replicate", "demo"]
-UPSTREAM_PROTOCOLS: Final = ("openai", "fal", "replicate", "demo")
+UpstreamProtocol = Literal[
+    "openai", "fal", "replicate", "ark", "dashscope", "kling", "minimax", "comfyui",
+    "demo",
+]  # fmt: skip
+UPSTREAM_PROTOCOLS: Final = (
+    "openai", "fal", "replicate", "ark", "dashscope", "kling", "minimax", "comfyui",
+    "demo",
+)  # fmt: skip
+# Protocols that need no key: an empty base_url leaves them off instead.
+KEYLESS_PROTOCOLS: Final = ("comfyui",)
 # The fields of an [upstreams.NAME] section, with the defaults of a new name.
 UPSTREAM_FIELDS: Final[dict[str, Any]] = {
     "protocol": "",
@@ -361,8 +369,11 @@ def _upstreams(raw: Mapping[str, Any]) -> dict[str, UpstreamSettings]:
             )
         base_url = _text(section, f"{prefix}.base_url").rstrip("/")
         parts = urlsplit(base_url)
-        if protocol != "demo" and (
-            parts.scheme not in ("http", "https") or not parts.hostname
+        off = protocol in KEYLESS_PROTOCOLS and not base_url
+        if (
+            protocol != "demo"
+            and not off
+            and (parts.scheme not in ("http", "https") or not parts.hostname)
         ):
             raise SettingsError(
                 f"{variable(prefix + '.base_url')}: must be an http:// or https:// URL"

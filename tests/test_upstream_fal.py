@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import os
+import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -424,7 +426,7 @@ async def test_the_key_reaches_no_log_and_no_answer(
     ]
     assert KEY not in caplog.text
     assert all(KEY not in answer for answer in answers)
-    adapter = fal.FalUpstream(settings.workbench.upstreams["fal"])
+    adapter = fal.upstream(settings.workbench.upstreams["fal"])
     assert KEY not in repr(settings) + repr(adapter)
     await adapter.aclose()
 
@@ -477,3 +479,21 @@ def test_refusals_and_progress_are_read_from_vendor_text_narrowly() -> None:
     assert log_fraction(["step 3/4 done"]) == 0.75
     assert log_fraction(["started 2026/11/23"]) is None
     assert log_fraction([]) is None
+
+
+async def test_a_worker_sigkilled_while_polling_leaves_the_request_to_the_next(
+    client: Client, fake: FakeFal, env: dict[str, str]
+) -> None:
+    """The queued request's URLs are kept with the job: polled, never resubmitted."""
+    fake.hold = True
+    with worker_process(env) as first:
+        generation = await submit(client, model="seedream-4", prompt="a slow lamp")
+        await until(lambda: any(job.polls >= 2 for job in fake.jobs.values()))
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    fake.hold = False
+    with worker_process(env):
+        done = await finished(client, generation, within=60)
+    assert done["status"] == "succeeded", done
+    assert len(submits(fake)) == 1
+    await assert_books(client, 6, refunded=False)

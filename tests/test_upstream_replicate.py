@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import os
+import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -444,3 +446,21 @@ def test_a_versioned_id_creates_through_v1_predictions() -> None:
     assert body["input"] == {
         "prompt": "p", "aspect_ratio": "1:1", "seed": 3, "num_outputs": 2,
     }  # fmt: skip
+
+
+async def test_a_worker_sigkilled_while_polling_leaves_the_prediction_to_the_next(
+    client: Client, fake: FakeReplicate, env: dict[str, str]
+) -> None:
+    """The prediction's id is kept with the job: polled again, never created again."""
+    fake.hold = True
+    with worker_process(env) as first:
+        generation = await submit(client, model="hailuo-02", prompt="a slow spin")
+        await until(lambda: any(n >= 2 for n in fake.polls.values()))
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    fake.hold = False
+    with worker_process(env):
+        done = await finished(client, generation, within=60)
+    assert done["status"] == "succeeded", done
+    assert len(creates(fake)) == 1
+    await assert_books(client, 100, refunded=False)

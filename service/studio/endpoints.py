@@ -101,6 +101,7 @@ async def list_models(request: web.Request) -> web.StreamResponse:
             "sizes": list(model.sizes),
             "max_count": model.max_count,
             "accepts_reference": model.accepts_reference,
+            "fields": list(model.fields),
             "available": upstreams.available(model, today),
             "retires_at": model.retires_at.isoformat() if model.retires_at else None,
         }
@@ -143,6 +144,8 @@ async def _fields(
     model = models.get(body["model"]) if isinstance(body["model"], str) else None
     if model is None:
         raise bad_field("model")
+    if refused := model.refused_field(body):
+        raise bad_field(refused)  # the model has no such control
     prompt = body["prompt"].strip() if isinstance(body["prompt"], str) else ""
     if not 1 <= len(prompt) <= MAX_PROMPT:
         raise bad_field("prompt")

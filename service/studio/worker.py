@@ -32,6 +32,7 @@ from .media.store import CONTENT_TYPES, MediaStore, new_key
 from .queue import CANCEL_CHANNEL, READY_CHANNEL, JobQueue
 from .upstreams.base import Output, Request, Upstream, UpstreamError
 from .upstreams.slots import UpstreamSlots
+from .upstreams.tasks import RedisMemo
 
 _LOGGER: Final = logging.getLogger(__name__)
 JANITOR_SECONDS: Final = 1.0
@@ -52,6 +53,8 @@ class _Running:
     entry: str
     task: asyncio.Task[None]
     canceled: bool = False
+    # Where the job keeps its vendor task (set once the upstream is called).
+    memo: RedisMemo | None = None
 
 
 @dataclass
@@ -171,6 +174,9 @@ class Worker:
         tasks = [running.task for running in self._running.values()]
         _, pending = await asyncio.wait(tasks, timeout=SHUTDOWN_GRACE_SECONDS)
         left = [r.entry for r in self._running.values() if r.task in pending]
+        for running in self._running.values():
+            if running.memo is not None:  # the next worker polls its vendor task
+                running.memo.handing_back = True
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
@@ -212,7 +218,7 @@ class Worker:
         model = fields.get("model", "?")
         try:
             async with asyncio.timeout(max(0.0, remaining)):
-                works, keys = await self._produce(account, gid, fields)
+                works, keys = await self._produce(account, gid, entry, fields)
         except TimeoutError:
             await self._fail(account, gid, entry, "TIMED_OUT", model, started)
             return
@@ -279,13 +285,24 @@ class Worker:
         await self.queue.finish(gid, entry)
 
     async def _produce(
-        self, account: str, gid: str, fields: dict[str, str]
+        self, account: str, gid: str, entry: str, fields: dict[str, str]
     ) -> tuple[list[dict[str, Any]], list[str]]:
         """Ask the upstream (retrying transient faults), then store the media."""
         model = self._models.get(fields["model"])
         if model is None:
             raise UpstreamError("UPSTREAM_FAILED", transient=False)
         width, height = _size(fields["size"])
+        deadline = (
+            self.settings.video_deadline
+            if model.kind == "video"
+            else self.settings.image_deadline
+        )
+        # Kept as long as the job may run (and be re-delivered) at all.
+        memo = RedisMemo(
+            self.redis, gid, deadline + 2 * self.settings.visibility_timeout
+        )
+        if running := self._running.get(entry):
+            running.memo = memo
         request = Request(
             model=model.id,
             upstream_model=model.upstream_model,
@@ -298,6 +315,10 @@ class Worker:
             seed=int(fields["seed"]),
             seconds=float(model.seconds) if model.seconds else None,
             reference=await self._reference(account, model, fields),
+            memo=memo,
+            job=gid,
+            workflow=self.content.workflows.get(model.workflow or ""),
+            inputs=dict(model.inputs),
         )
         shown = float(fields.get("progress", "0"))
 

@@ -14,8 +14,9 @@ Faults: a refusal of the content checker (HTTP 422 whose `detail` has type
 image flagged `has_nsfw_concepts`) is CONTENT_BLOCKED; any other 4xx is
 UPSTREAM_FAILED at once; 408/409/429 (honouring Retry-After), 5xx and
 transport faults are transient. A submit fault goes back to the worker, which
-retries with backoff; once a request is queued, a transient fault of a status
-poll is retried here, so one generation never pays for two fal requests.
+retries with backoff; once a request is queued, its URLs are kept with the job
+and polled (tasks.py), so one generation never pays for two fal requests, even
+across a retry, a re-delivery or a SIGKILLed worker.
 
 Each model's fields live in MODELS, keyed by its fal endpoint (the
 `upstream_model` of content/models.toml): which endpoint takes a reference
@@ -25,8 +26,9 @@ its inputs. A model not listed gets the common fal inputs (GENERIC).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import dataclasses
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -34,17 +36,13 @@ from urllib.parse import quote
 
 from ...content import Model
 from ...settings import UpstreamSettings
-from .base import Output, Progress, Request, UpstreamError
-from .fetch import fetch_result
-from .http import Answer, UpstreamHttp, failed, http_fault
-from .inputs import data_uri, log_fraction, nearest_ratio, running, says_blocked
+from .base import Request, UpstreamError
+from .http import FAILED, Answer, UpstreamHttp, failed, http_fault
+from .inputs import data_uri, log_fraction, nearest_ratio, says_blocked
+from .tasks import Polled, TaskUpstream, VendorApi
 
-# Polls of a queued request: soon at first, then every few seconds.
-FIRST_POLL: Final = 0.2
-LONGEST_POLL: Final = 3.0
 # How long a cancel may take when the task is already being cancelled.
 CANCEL_SECONDS: Final = 5.0
-QUEUED: Final = 0.05
 BLOCKED_TYPE: Final = "content_policy_violation"
 
 Inputs = Callable[[Request], dict[str, Any]]
@@ -217,38 +215,21 @@ class Queued:
     cancel: str
 
 
-class FalUpstream:
-    """Run generations on fal's queue."""
+class FalApi(VendorApi):
+    """fal's queue in the shared task shape (tasks.py); the task is its URLs."""
 
     def __init__(self, config: UpstreamSettings) -> None:
-        self._http = UpstreamHttp(
+        self.http = UpstreamHttp(
             config.base_url, config.api_key, scheme="Key", timeout=config.timeout
         )
 
-    def __repr__(self) -> str:
-        return f"FalUpstream({self._http.base_url!r})"
-
-    async def generate(self, request: Request, progress: Progress) -> list[Output]:
-        """Queue the request, follow it to the end, download what it made."""
+    async def create(self, request: Request) -> str:
+        """Queue the request; the job keeps where it is followed (its URLs)."""
         endpoint, body = request_of(request)
-        answer = await self._http.call("POST", "/" + endpoint, json=body)
+        answer = await self.http.call("POST", "/" + endpoint, json=body)
         if not answer.ok:
             raise fault(answer)
-        queued = self._queued(endpoint, answer.json())
-        try:
-            status = await self._until_completed(queued, progress)
-        except BaseException:  # cancelled, timed out, refused: stop paying for it
-            await self._cancel(queued)
-            raise
-        if status.get("error") or status.get("error_type"):
-            if blocked(status):
-                raise UpstreamError("CONTENT_BLOCKED", transient=False)
-            raise failed()
-        await progress(running(1.0))
-        answer = await self._http.call("GET", queued.response)
-        if not answer.ok:
-            raise fault(answer)
-        return await self._outputs(answer.json(), request)
+        return json.dumps(dataclasses.asdict(self._queued(endpoint, answer.json())))
 
     def _queued(self, endpoint: str, submitted: Any) -> Queued:
         """Read the submit answer; keep its URLs only on the upstream's origin."""
@@ -258,11 +239,11 @@ class FalUpstream:
         if not isinstance(request_id, str) or not request_id:
             raise failed()
         app = "/".join(endpoint.split("/")[:2])
-        base = f"{self._http.base_url}/{app}/requests/{quote(request_id, safe='')}"
+        base = f"{self.http.base_url}/{app}/requests/{quote(request_id, safe='')}"
 
         def own(name: str, fallback: str) -> str:
             url = submitted.get(name)
-            ok = isinstance(url, str) and self._http.same_origin(url)
+            ok = isinstance(url, str) and self.http.same_origin(url)
             return url if ok else fallback  # type: ignore[return-value]
 
         return Queued(
@@ -271,74 +252,72 @@ class FalUpstream:
             own("cancel_url", base + "/cancel"),
         )
 
-    async def _until_completed(
-        self, queued: Queued, progress: Progress
-    ) -> dict[str, Any]:
-        """Poll the status, passing progress on, until it says COMPLETED."""
-        wait = FIRST_POLL
+    async def poll(self, request: Request, task: str) -> Polled:
+        """Read the status; once COMPLETED, the result's files."""
+        queued = _task(task)
         separator = "&" if "?" in queued.status else "?"
-        while True:
-            status = await self._polled(queued.status + separator + "logs=1")
-            state = status.get("status")
-            if state == "IN_QUEUE":
-                await progress(QUEUED)
-            elif state == "IN_PROGRESS":
-                await progress(running(log_fraction(_messages(status))))
-            elif state == "COMPLETED":
-                return status
-            else:
-                raise failed()
-            await asyncio.sleep(wait)
-            wait = min(wait * 1.5, LONGEST_POLL)
-
-    async def _polled(self, url: str) -> dict[str, Any]:
-        """Read a status, retrying busy or unreachable moments in place."""
-        delay = 1.0
-        while True:
-            try:
-                answer = await self._http.call("GET", url)
-                if answer.ok:
-                    status = answer.json()
-                    if not isinstance(status, dict):
-                        raise failed()
-                    return status
-                raise fault(answer)
-            except UpstreamError as err:
-                if not err.transient:
-                    raise
-                await asyncio.sleep(err.retry_after or delay)  # the deadline bounds it
-                delay = min(delay * 2, 30.0)
-
-    async def _cancel(self, queued: Queued) -> None:
-        """Ask fal to drop the request; its answer changes nothing here."""
-        with contextlib.suppress(Exception):
-            await self._http.call("PUT", queued.cancel, within=CANCEL_SECONDS)
-
-    async def _outputs(self, result: Any, request: Request) -> list[Output]:
-        """Download the images (as many as were paid for) or the video."""
-        if not isinstance(result, dict):
+        answer = await self.http.call("GET", queued.status + separator + "logs=1")
+        if not answer.ok:
+            raise fault(answer)
+        status = answer.json()
+        if not isinstance(status, dict):
             raise failed()
-        if request.kind == "video":
-            video = result.get("video")
-            if not isinstance(video, dict) or not isinstance(video.get("url"), str):
-                raise failed()
-            return [await fetch_result(self._http, video["url"], "video")]
-        images = result.get("images")
-        if not isinstance(images, list) or len(images) < request.count:
+        state = status.get("status")
+        if state == "IN_QUEUE":
+            return Polled("waiting")
+        if state == "IN_PROGRESS":
+            return Polled("running", log_fraction(_messages(status)))
+        if state != "COMPLETED":
             raise failed()
-        flagged = result.get("has_nsfw_concepts")
-        if isinstance(flagged, list) and any(flagged[: request.count]):
-            raise UpstreamError("CONTENT_BLOCKED", transient=False)
-        outputs = []
-        for image in images[: request.count]:
-            if not isinstance(image, dict) or not isinstance(image.get("url"), str):
-                raise failed()
-            outputs.append(await fetch_result(self._http, image["url"], "image"))
-        return outputs
+        if status.get("error") or status.get("error_type"):
+            return Polled(
+                "failed", code="CONTENT_BLOCKED" if blocked(status) else FAILED
+            )
+        answer = await self.http.call("GET", queued.response)
+        if not answer.ok:
+            raise fault(answer)
+        return _result(answer.json(), request)
 
-    async def aclose(self) -> None:
-        """Close the session."""
-        await self._http.aclose()
+    async def cancel(self, task: str) -> None:
+        """Ask fal to drop the request."""
+        with contextlib.suppress(UpstreamError):
+            await self.http.call("PUT", _task(task).cancel, within=CANCEL_SECONDS)
+
+
+def upstream(config: UpstreamSettings) -> TaskUpstream:
+    """The `fal` upstream: fal's queue in the shared task shape."""
+    return TaskUpstream(FalApi(config))
+
+
+def _task(task: str) -> Queued:
+    """The URLs a kept task names (only ever written by `create`)."""
+    try:
+        return Queued(**json.loads(task))
+    except (TypeError, ValueError):
+        raise failed() from None
+
+
+def _result(result: Any, request: Request) -> Polled:
+    """The files of a result: the images paid for (none flagged), or the video."""
+    if not isinstance(result, dict):
+        raise failed()
+    if request.kind == "video":
+        video = result.get("video")
+        if not isinstance(video, dict) or not isinstance(video.get("url"), str):
+            raise failed()
+        return Polled("succeeded", results=(video["url"],))
+    images = result.get("images")
+    if not isinstance(images, list) or len(images) < request.count:
+        raise failed()
+    flagged = result.get("has_nsfw_concepts")
+    if isinstance(flagged, list) and any(flagged[: request.count]):
+        return Polled("failed", code="CONTENT_BLOCKED")
+    urls = []
+    for image in images[: request.count]:
+        if not isinstance(image, dict) or not isinstance(image.get("url"), str):
+            raise failed()
+        urls.append(image["url"])
+    return Polled("succeeded", results=tuple(urls))
 
 
 def _messages(status: Mapping[str, Any]) -> list[str]:

@@ -29,6 +29,7 @@ import email.utils
 import ipaddress
 import json as jsonlib
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -196,6 +197,7 @@ class UpstreamHttp:
         scheme: str = "Bearer",
         timeout: float = 120.0,
         connections: int = CONNECTIONS,
+        token: Callable[[], str] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         parts = urlsplit(self.base_url)
@@ -203,6 +205,8 @@ class UpstreamHttp:
         self.host = parts.hostname or ""
         self._key = Secret(api_key)
         self._scheme = scheme
+        # Mints the credential per request (a signed JWT) instead of the key itself.
+        self._token = token
         self.timeout = timeout
         self._connections = connections
         self._session: aiohttp.ClientSession | None = None
@@ -217,6 +221,10 @@ class UpstreamHttp:
 
     def auth_headers(self) -> dict[str, str]:
         """The header that carries the key (only ever sent to base_url's origin)."""
+        if self._token is not None:
+            return {"Authorization": f"{self._scheme} {self._token()}"}
+        if not self._key:
+            return {}  # a keyless upstream (a self-hosted server)
         return {"Authorization": f"{self._scheme} {self._key.reveal()}"}
 
     def same_origin(self, url: str) -> bool:
@@ -250,6 +258,7 @@ class UpstreamHttp:
         path: str,
         *,
         json: Any = None,
+        data: Any = None,
         headers: dict[str, str] | None = None,
         limit: int = JSON_LIMIT,
         within: float | None = None,
@@ -262,7 +271,12 @@ class UpstreamHttp:
         try:
             async with asyncio.timeout(within or self.timeout):
                 async with self.session.request(
-                    method, url, json=json, headers=sent, allow_redirects=False
+                    method,
+                    url,
+                    json=json,
+                    data=data,
+                    headers=sent,
+                    allow_redirects=False,
                 ) as response:
                     body = await read_limited(response, limit)
                     return Answer(response.status, response.headers, body)

@@ -2,7 +2,8 @@
 
 Settings name the upstreams (`[upstreams.NAME]`: protocol, base_url, api_key);
 each model of content/models.toml names its upstream. An upstream without a
-key gets no adapter, so its models are unavailable; with the demo on, every
+key (a keyless one, comfyui: without a base_url) gets no adapter, so its
+models are unavailable; with the demo on, every
 model runs on the demo. A protocol's `refused_field` lets submit refuse, before
 charging, a field that protocol cannot honour.
 """
@@ -15,7 +16,7 @@ from typing import Any, Final
 
 from ...content import Model
 from ...settings import UpstreamSettings, WorkbenchSettings
-from . import fal, openai, replicate
+from . import ark, comfyui, dashscope, fal, kling, minimax, openai, replicate
 from .base import Output, Progress, Request, Upstream, UpstreamError
 from .demo import DemoUpstream
 
@@ -26,9 +27,16 @@ Check = Callable[[Model, Mapping[str, Any]], "str | None"]
 # protocol -> the adapter that speaks it (fal and replicate register here too).
 ADAPTERS: Final[dict[str, Adapter]] = {
     "openai": openai.OpenAIUpstream,
-    "fal": fal.FalUpstream,
-    "replicate": replicate.ReplicateUpstream,
+    "fal": fal.upstream,
+    "replicate": replicate.upstream,
+    "ark": ark.upstream,
+    "dashscope": dashscope.upstream,
+    "kling": kling.upstream,
+    "minimax": minimax.upstream,
+    "comfyui": comfyui.upstream,
 }
+# Protocols whose upstream needs no key (a self-hosted server): a base_url is enough.
+KEYLESS: Final = frozenset({"comfyui"})
 # protocol -> which submitted field it cannot honour.
 CHECKS: Final[dict[str, Check]] = {
     "openai": lambda model, asked: openai.refused_field(asked),
@@ -61,7 +69,9 @@ class Upstreams:
         for name, config in settings.upstreams.items():
             if config.protocol == "demo":
                 self._adapters[name] = DemoUpstream(settings.demo_seconds)
-            elif config.api_key and config.protocol in ADAPTERS:
+            elif config.protocol in ADAPTERS and (
+                config.api_key or (config.protocol in KEYLESS and config.base_url)
+            ):
                 self._adapters[name] = ADAPTERS[config.protocol](config)
 
     def available(self, model: Model, today: dt.date | None = None) -> bool:

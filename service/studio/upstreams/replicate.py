@@ -14,8 +14,8 @@ failed prediction's `error`, e.g. "flagged as sensitive (E005)") is
 CONTENT_BLOCKED; any other 4xx or failed prediction is UPSTREAM_FAILED at
 once; 408/409/429 (honouring Retry-After), 5xx and transport faults are
 transient. A create fault goes back to the worker, which retries with backoff;
-a transient fault of a poll is retried here, so one generation never pays for
-two predictions.
+once created, the prediction's id is kept with the job and polled (tasks.py),
+so a retry, a re-delivery or a SIGKILLed worker never pays for two.
 
 Each model's inputs live in MODELS, keyed by its Replicate id (the
 `upstream_model` of content/models.toml); a model not listed gets GENERIC's.
@@ -23,7 +23,6 @@ Each model's inputs live in MODELS, keyed by its Replicate id (the
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,17 +31,14 @@ from urllib.parse import quote
 
 from ...content import Model
 from ...settings import UpstreamSettings
-from .base import Output, Progress, Request, UpstreamError
-from .fetch import fetch_result
-from .http import Answer, UpstreamHttp, failed, http_fault
-from .inputs import data_uri, log_fraction, nearest_ratio, ratio, running, says_blocked
+from .base import Request, UpstreamError
+from .http import FAILED, Answer, UpstreamHttp, failed, http_fault
+from .inputs import data_uri, log_fraction, nearest_ratio, ratio, says_blocked
+from .tasks import Polled, TaskUpstream, VendorApi
 
 # Seconds an image's create may hold the line for the finished prediction.
 WAIT_SECONDS: Final = 30
-FIRST_POLL: Final = 0.2
-LONGEST_POLL: Final = 3.0
 CANCEL_SECONDS: Final = 5.0
-STARTING: Final = 0.05
 ACTIVE: Final = frozenset({"starting", "processing"})
 
 Inputs = Callable[[Request], dict[str, Any]]
@@ -170,100 +166,72 @@ def fault(answer: Answer) -> UpstreamError:
     return http_fault(answer)
 
 
-class ReplicateUpstream:
-    """Run generations as Replicate predictions."""
+class ReplicateApi(VendorApi):
+    """Replicate predictions in the shared task shape (tasks.py)."""
 
     def __init__(self, config: UpstreamSettings) -> None:
-        self._http = UpstreamHttp(
+        self.http = UpstreamHttp(
             config.base_url, config.api_key, scheme="Bearer", timeout=config.timeout
         )
 
-    def __repr__(self) -> str:
-        return f"ReplicateUpstream({self._http.base_url!r})"
-
-    async def generate(self, request: Request, progress: Progress) -> list[Output]:
-        """Create the prediction, follow it to the end, download its output."""
+    async def create(self, request: Request) -> str | Polled:
+        """Create the prediction; an image may come back finished (Prefer: wait)."""
         path, body = request_of(request)
         headers, within = {}, None
         if request.kind == "image":
             headers["Prefer"] = f"wait={WAIT_SECONDS}"
-            within = self._http.timeout + WAIT_SECONDS
-        answer = await self._http.call(
+            within = self.http.timeout + WAIT_SECONDS
+        answer = await self.http.call(
             "POST", path, json=body, headers=headers, within=within
         )
         if not answer.ok:
             raise fault(answer)
         prediction = _prediction(answer.json())
-        get = f"/v1/predictions/{quote(prediction['id'], safe='')}"
-        try:
-            prediction = await self._until_done(get, prediction, progress)
-        except BaseException:  # cancelled, timed out, refused: stop paying for it
-            await self._cancel(get + "/cancel")
-            raise
-        status = prediction.get("status")
-        if status == "failed":
-            blocked = says_blocked([prediction.get("error")])
-            raise UpstreamError(
-                "CONTENT_BLOCKED" if blocked else "UPSTREAM_FAILED", transient=False
-            )
-        if status != "succeeded":
-            raise failed()  # canceled (or aborted) by someone else
-        await progress(running(1.0))
-        return await self._outputs(prediction.get("output"), request)
+        if prediction["status"] in ACTIVE:
+            return str(prediction["id"])
+        return _read(prediction)
 
-    async def _until_done(
-        self, get: str, prediction: dict[str, Any], progress: Progress
-    ) -> dict[str, Any]:
-        """Poll while the prediction runs, passing its progress on."""
-        wait = FIRST_POLL
-        while prediction.get("status") in ACTIVE:
-            if prediction.get("status") == "starting":
-                await progress(STARTING)
-            else:
-                logs = prediction.get("logs")
-                lines = logs.splitlines() if isinstance(logs, str) else []
-                await progress(running(log_fraction(lines)))
-            await asyncio.sleep(wait)
-            wait = min(wait * 1.5, LONGEST_POLL)
-            prediction = await self._polled(get)
-        return prediction
+    async def poll(self, request: Request, task: str) -> Polled:
+        """Read the prediction."""
+        answer = await self.http.call("GET", _path(task))
+        if not answer.ok:
+            raise fault(answer)
+        return _read(_prediction(answer.json()))
 
-    async def _polled(self, path: str) -> dict[str, Any]:
-        """Read a prediction, retrying busy or unreachable moments in place."""
-        delay = 1.0
-        while True:
-            try:
-                answer = await self._http.call("GET", path)
-                if answer.ok:
-                    return _prediction(answer.json())
-                raise fault(answer)
-            except UpstreamError as err:
-                if not err.transient:
-                    raise
-                await asyncio.sleep(err.retry_after or delay)  # the deadline bounds it
-                delay = min(delay * 2, 30.0)
+    async def cancel(self, task: str) -> None:
+        """Ask Replicate to stop the prediction."""
+        with contextlib.suppress(UpstreamError):
+            await self.http.call("POST", _path(task) + "/cancel", within=CANCEL_SECONDS)
 
-    async def _cancel(self, path: str) -> None:
-        """Ask Replicate to stop the prediction; its answer changes nothing here."""
-        with contextlib.suppress(Exception):
-            await self._http.call("POST", path, within=CANCEL_SECONDS)
 
-    async def _outputs(self, output: Any, request: Request) -> list[Output]:
-        """Download as many files as were paid for (a video: the one clip)."""
-        urls = [output] if isinstance(output, str) else output
-        wanted = 1 if request.kind == "video" else request.count
-        if not isinstance(urls, list) or len(urls) < wanted:
-            raise failed()
-        outputs = []
-        for url in urls[:wanted]:
-            if not isinstance(url, str):
-                raise failed()
-            outputs.append(await fetch_result(self._http, url, request.kind))
-        return outputs
+def upstream(config: UpstreamSettings) -> TaskUpstream:
+    """The `replicate` upstream: predictions in the shared task shape."""
+    return TaskUpstream(ReplicateApi(config))
 
-    async def aclose(self) -> None:
-        """Close the session."""
-        await self._http.aclose()
+
+def _path(task: str) -> str:
+    return f"/v1/predictions/{quote(task, safe='')}"
+
+
+def _read(prediction: dict[str, Any]) -> Polled:
+    """A prediction in our terms: its state, progress from its logs, its output."""
+    status = prediction["status"]
+    if status == "starting":
+        return Polled("waiting")
+    if status == "processing":
+        logs = prediction.get("logs")
+        lines = logs.splitlines() if isinstance(logs, str) else []
+        return Polled("running", log_fraction(lines))
+    if status == "failed":
+        blocked = says_blocked([prediction.get("error")])
+        return Polled("failed", code="CONTENT_BLOCKED" if blocked else FAILED)
+    if status != "succeeded":
+        return Polled("failed")  # canceled (or aborted) by someone else
+    output = prediction.get("output")
+    urls = [output] if isinstance(output, str) else output
+    if not isinstance(urls, list) or not all(isinstance(url, str) for url in urls):
+        raise failed()
+    return Polled("succeeded", results=tuple(urls))
 
 
 def _prediction(body: Any) -> dict[str, Any]:
