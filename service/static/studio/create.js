@@ -26,6 +26,8 @@ let attempt = null;
 let sending = false;
 
 const model = () => modelById(modelSelect.value);
+/** Whether the model takes an optional field (`/api/models` lists them). */
+const takes = (m, field) => (m.fields ?? []).includes(field);
 
 function renderModels() {
   const chosen = modelSelect.value;
@@ -58,6 +60,10 @@ function modelChanged() {
   note.textContent = m.kind === 'video' ? t('video_count', { s: m.seconds }) : '';
   $('#c-reference').hidden = !m.accepts_reference;
   if (!m.accepts_reference) clearReference();
+  // Only the controls this model takes: submit refuses the others (400 {field}).
+  $('#c-negative-field').hidden = !takes(m, 'negative_prompt');
+  $('#c-seed-field').hidden = !takes(m, 'seed');
+  $('#c-more').hidden = !takes(m, 'negative_prompt') && !takes(m, 'seed');
   update();
 }
 
@@ -89,8 +95,8 @@ function update() {
 function body() {
   const m = model();
   const out = { model: m.id, prompt: prompt.value.trim(), size: size.value, count: chosenCount() };
-  if (negative.value.trim()) out.negative_prompt = negative.value.trim();
-  if (seed.value.trim() !== '') out.seed = Number(seed.value);
+  if (takes(m, 'negative_prompt') && negative.value.trim()) out.negative_prompt = negative.value.trim();
+  if (takes(m, 'seed') && seed.value.trim() !== '') out.seed = Number(seed.value);
   if (reference?.status === 'ready' && m.accepts_reference) out.reference = reference.id;
   return out;
 }
