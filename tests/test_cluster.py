@@ -233,6 +233,7 @@ async def test_money_moving_scripts_wait_for_a_replica(
             stats = direct.info("commandstats")
         return int(stats.get("cmdstat_wait", {}).get("calls", 0))
 
+    await _submit(client)  # loads the script on that master (NOSCRIPT, then again)
     before = waits()
     await _submit(client)
     assert waits() == before + 1
