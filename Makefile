@@ -28,8 +28,12 @@ lint: $(VENV)/.dev
 	$(BIN)/mypy
 	$(BIN)/python scripts/check_imports.py
 
+# The suite on TEST_WORKERS processes (pytest-xdist): its tests mostly wait on
+# servers and child processes, so more workers than cores pays. Tests marked
+# xdist_group (one heavy server for a module) stay together on one worker.
+TEST_WORKERS ?= 4
 test: lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 bench: $(VENV)/.dev
 	$(BIN)/python bench/documents.py

@@ -7,7 +7,7 @@ import contextlib
 import gc
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from aiohttp import web
@@ -44,6 +44,20 @@ def pytest_terminal_summary(
     """Show the lines test modules left for the summary, once the run is over."""
     for line in config.stash.get(SUMMARY, []):
         terminalreporter.write_line(line)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On an xdist worker, hand the summary lines to the controller that prints."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["summary"] = session.config.stash.get(SUMMARY, [])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """Collect a finished xdist worker's summary lines for the terminal summary."""
+    lines = getattr(node, "workeroutput", {}).get("summary", [])
+    node.config.stash.setdefault(SUMMARY, []).extend(lines)
 
 
 @pytest.fixture(scope="session")

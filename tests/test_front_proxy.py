@@ -31,9 +31,13 @@ NGINX = shutil.which("nginx") or next(
     ),
     None,
 )
-pytestmark = pytest.mark.skipif(
-    NGINX is None, reason="nginx is not installed (apt-get install nginx)"
-)
+# One xdist worker runs these tests: they share one nginx in front of one `serve`.
+pytestmark = [
+    pytest.mark.skipif(
+        NGINX is None, reason="nginx is not installed (apt-get install nginx)"
+    ),
+    pytest.mark.xdist_group("test_front_proxy"),
+]
 CONFIG = ROOT / "deploy" / "nginx.conf"
 # deploy/nginx.conf's timeouts; the proxy must have cut a stalled client by then.
 HEADER_TIMEOUT = 10.0
