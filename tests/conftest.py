@@ -20,6 +20,8 @@ from service.auth.sessions import SESSIONS
 from service.settings import Settings, load_settings
 from service.store.embedded import MailCatcher, RedisServer
 
+from .cluster import Cluster
+
 if TYPE_CHECKING:  # tests/shop.py imports this module
     from .shop import Shop
 
@@ -72,6 +74,31 @@ def mail_server() -> Iterator[MailCatcher]:
     """Start one aiosmtpd server that keeps every message it receives."""
     with MailCatcher() as catcher:
         yield catcher
+
+
+@pytest.fixture(scope="session")
+def cluster_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One Redis Cluster per test process (6 s to form); the failover test heals it."""
+    servers = Cluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        servers.start()
+        yield servers
+    finally:
+        servers.stop()
+
+
+@pytest.fixture
+def cluster(cluster_servers: Cluster) -> Cluster:
+    """A three-master cluster with one replica each, emptied for this test."""
+    cluster_servers.flush()
+    return cluster_servers
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Send every test on the cluster to one xdist worker: it forms one cluster."""
+    for item in items:
+        if "cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("cluster"))
 
 
 @pytest.fixture
