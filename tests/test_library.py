@@ -86,8 +86,20 @@ async def make_works(
 
 
 async def _put(session: aiohttp.ClientSession, url: str, token: str) -> int:
-    async with session.put(url, headers={"Cookie": f"studio_session={token}"}) as r:
-        return r.status
+    """PUT as a fan's browser would: a 503 is sent again a moment later.
+
+    The app sheds a request whose session it cannot read within its budget
+    (0.25 s): with a thousand requests in the test's own event loop on a busy
+    machine, some are. Shedding is not the claim here; the exact count is.
+    """
+    for _ in range(100):
+        async with session.put(
+            url, headers={"Cookie": f"studio_session={token}"}
+        ) as response:
+            if response.status != 503:
+                return response.status
+        await asyncio.sleep(0.1)
+    return 503
 
 
 async def _square_ids(client: Client, **query: str) -> list[str]:
