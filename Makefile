@@ -29,11 +29,13 @@ lint: $(VENV)/.dev
 	$(BIN)/python scripts/check_imports.py
 
 # The suite on TEST_WORKERS processes (pytest-xdist): its tests mostly wait on
-# servers and child processes, so more workers than cores pays. Tests marked
-# xdist_group (one heavy server for a module) stay together on one worker.
+# servers and child processes, so more workers than cores pays. --dist loadscope
+# keeps each module on one worker: its module-scoped servers (Chromium, nginx,
+# weed mini, the fuzzed app, the built wheel) start once, and nothing else
+# flushes their Redis in the middle of the module.
 TEST_WORKERS ?= 4
 test: lint
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadscope
 
 bench: $(VENV)/.dev
 	$(BIN)/python bench/documents.py

@@ -94,13 +94,6 @@ def cluster(cluster_servers: Cluster) -> Cluster:
     return cluster_servers
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Send every test on the cluster to one xdist worker: it forms one cluster."""
-    for item in items:
-        if "cluster" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("cluster"))
-
-
 @pytest.fixture
 async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
     """Give a client on a flushed database."""

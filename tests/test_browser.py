@@ -64,11 +64,7 @@ from .workbench import (
 if not CHROMIUM.exists():
     pytest.skip(SKIP_REASON, allow_module_level=True)
 
-# One xdist worker runs these tests: they share the app, its worker and Chromium.
-pytestmark = [
-    pytest.mark.asyncio(loop_scope="module"),
-    pytest.mark.xdist_group("test_browser"),
-]
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 Client = TestClient[web.Request, web.Application]
 # Published by the fixture: one more than the square's first page (24), and a video.

@@ -45,11 +45,7 @@ from .workbench import new_address
 if not CHROMIUM.exists():
     pytest.skip(SKIP_REASON, allow_module_level=True)
 
-# One xdist worker runs these tests: they share the served app and Chromium.
-pytestmark = [
-    pytest.mark.asyncio(loop_scope="module"),
-    pytest.mark.xdist_group("test_browser_account"),
-]
+pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 Client = TestClient[web.Request, web.Application]
 PAY_BUTTON = "支付 Pay"

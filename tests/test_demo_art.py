@@ -16,8 +16,6 @@ from service.studio.media.demo_art import (
     video_poster,
 )
 
-# One xdist worker runs these tests: they share one encoded clip.
-pytestmark = pytest.mark.xdist_group("test_demo_art")
 PROMPT = "a red fox asleep in fresh snow, 雪地里的狐狸, watercolour"
 SECONDS, FPS = 1.5, 24
 

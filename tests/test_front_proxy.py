@@ -31,13 +31,9 @@ NGINX = shutil.which("nginx") or next(
     ),
     None,
 )
-# One xdist worker runs these tests: they share one nginx in front of one `serve`.
-pytestmark = [
-    pytest.mark.skipif(
-        NGINX is None, reason="nginx is not installed (apt-get install nginx)"
-    ),
-    pytest.mark.xdist_group("test_front_proxy"),
-]
+pytestmark = pytest.mark.skipif(
+    NGINX is None, reason="nginx is not installed (apt-get install nginx)"
+)
 CONFIG = ROOT / "deploy" / "nginx.conf"
 # deploy/nginx.conf's timeouts; the proxy must have cut a stalled client by then.
 HEADER_TIMEOUT = 10.0

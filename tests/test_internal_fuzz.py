@@ -42,8 +42,6 @@ from .internal_fuzz import (
     settings_variables,
 )
 
-# One xdist worker runs these tests: they share the served app and the case tally.
-pytestmark = pytest.mark.xdist_group("test_internal_fuzz")
 SPEC_PATH: Final = Path(__file__).with_name("internal_openapi.yaml")
 SPEC: Final[dict[str, Any]] = yaml.safe_load(SPEC_PATH.read_text())
 SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})

@@ -40,8 +40,6 @@ from .ports import twin_ports
 from .processes import studio_environ
 from .workbench import sign_in, wait_for_status, worker_process
 
-# One xdist worker runs these tests: they share one `weed mini`.
-pytestmark = pytest.mark.xdist_group("test_media_s3")
 BUCKET = "media"
 ACCESS_KEY = "studio-test"
 SECRET_KEY = "studio-test-secret-0123456789"

@@ -23,9 +23,6 @@ from service.web.setup import TEMPLATES_DIR
 from .conftest import TEST_SECRET
 from .processes import studio_environ, wait_until_healthy
 
-# One xdist worker runs these tests: they share the built wheel and its venv.
-pytestmark = pytest.mark.xdist_group("test_package")
-
 
 def _run(*command: str | Path, cwd: Path) -> None:
     result = subprocess.run(
