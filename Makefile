@@ -28,8 +28,17 @@ lint: $(VENV)/.dev
 	$(BIN)/mypy
 	$(BIN)/python scripts/check_imports.py
 
+# The suite on TEST_WORKERS processes (pytest-xdist): its tests mostly wait on
+# servers and child processes, so more workers than cores pays. --dist loadscope
+# keeps each module on one worker: its module-scoped servers (Chromium, nginx,
+# weed mini, the fuzzed app, the built wheel) start once, and nothing else
+# flushes their Redis in the middle of the module. The tests marked `timing`
+# assert wall-clock budgets: they run afterwards, alone, on an otherwise idle
+# suite. bench/soak.sh runs the same two commands.
+TEST_WORKERS ?= 4
 test: lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadscope -m "not timing"
+	$(BIN)/pytest -m timing
 
 bench: $(VENV)/.dev
 	$(BIN)/python bench/documents.py

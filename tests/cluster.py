@@ -9,9 +9,7 @@ a few seconds.
 from __future__ import annotations
 
 import os
-import random
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -24,27 +22,10 @@ from redis.exceptions import RedisError
 
 from service.store.embedded import find_server_binary
 
+from .ports import twin_ports
+
 NODE_TIMEOUT_MS: Final = 1000
 SLOTS: Final = 16384
-# The bus port is the port + 10000 and a server refuses a port above 55535.
-_PORTS: Final = range(20000, 45000)
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _cluster_port(taken: set[int]) -> int:
-    while True:
-        port = random.choice(_PORTS)
-        if port not in taken and _bindable(port) and _bindable(port + 10000):
-            taken.add(port)
-            return port
 
 
 @dataclass
@@ -128,9 +109,7 @@ class Cluster:
 
     def start(self, timeout: float = 30.0) -> None:
         """Spawn 2 × masters servers, assign slots, join them, pair replicas."""
-        taken: set[int] = set()
-        for _ in range(self.masters * 2):
-            port = _cluster_port(taken)
+        for port in twin_ports(self.masters * 2):  # the bus port is port + 10000
             self.nodes.append(Node(port, self.root / str(port)))
         for node in self.nodes:
             node.start()
@@ -221,6 +200,13 @@ class Cluster:
         node.start()
         deadline = time.monotonic() + timeout
         _until(lambda: node.alive() and self.healthy(), deadline)
+
+    def flush(self) -> None:
+        """Empty every master: the next test starts on an empty cluster."""
+        for node in self.nodes_alive():
+            with node.client() as client:
+                if client.info("replication")["role"] == "master":
+                    client.flushall()
 
     def stop(self) -> None:
         """Stop every server."""

@@ -7,7 +7,7 @@ import contextlib
 import gc
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from aiohttp import web
@@ -19,6 +19,8 @@ from service.app import create_app
 from service.auth.sessions import SESSIONS
 from service.settings import Settings, load_settings
 from service.store.embedded import MailCatcher, RedisServer
+
+from .cluster import Cluster
 
 if TYPE_CHECKING:  # tests/shop.py imports this module
     from .shop import Shop
@@ -46,6 +48,20 @@ def pytest_terminal_summary(
         terminalreporter.write_line(line)
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On an xdist worker, hand the summary lines to the controller that prints."""
+    output = getattr(session.config, "workeroutput", None)
+    if output is not None:
+        output["summary"] = session.config.stash.get(SUMMARY, [])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """Collect a finished xdist worker's summary lines for the terminal summary."""
+    lines = getattr(node, "workeroutput", {}).get("summary", [])
+    node.config.stash.setdefault(SUMMARY, []).extend(lines)
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     """Start one Redis-compatible server (no persistence) for the whole run."""
@@ -58,6 +74,24 @@ def mail_server() -> Iterator[MailCatcher]:
     """Start one aiosmtpd server that keeps every message it receives."""
     with MailCatcher() as catcher:
         yield catcher
+
+
+@pytest.fixture(scope="session")
+def cluster_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One Redis Cluster per test process (6 s to form); the failover test heals it."""
+    servers = Cluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        servers.start()
+        yield servers
+    finally:
+        servers.stop()
+
+
+@pytest.fixture
+def cluster(cluster_servers: Cluster) -> Cluster:
+    """A three-master cluster with one replica each, emptied for this test."""
+    cluster_servers.flush()
+    return cluster_servers
 
 
 @pytest.fixture

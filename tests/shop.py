@@ -64,8 +64,11 @@ class Shop:
     gateway_url: str
     environ: dict[str, str]
     browser: aiohttp.ClientSession
-    # Set when the fake WeChat Pay receives a refund call (held `refund_delay` s).
+    # Set when the fake WeChat Pay receives a refund call.
     refund_asked: asyncio.Event
+    # Clear it and the fake holds refund calls until it is set, as a slow
+    # provider would; set (open) from the start.
+    refunds_open: asyncio.Event
 
 
 @contextlib.asynccontextmanager
@@ -74,23 +77,33 @@ async def open_shop(
     aiohttp_client: AiohttpClient,
     make_settings: SettingsFactory,
     redis: Redis,
-    *,
-    refund_delay: float = 0.0,
     **variables: str,
 ) -> AsyncIterator[Shop]:
     """Start the fake gateway, then the real app on a known port aimed at it."""
     keys = fake_keys()
     refund_asked = asyncio.Event()
+    refunds_open = asyncio.Event()
+    refunds_open.set()
 
     @web.middleware
     async def hold_refunds(
         request: web.Request, handler: Handler
     ) -> web.StreamResponse:
-        """Hold WeChat Pay refund calls a while, as a slow provider would."""
-        if request.path.endswith("/refund/domestic/refunds"):
-            refund_asked.set()
-            await asyncio.sleep(refund_delay)
-        return await handler(request)
+        """Hold WeChat Pay refund calls while a test keeps them held.
+
+        A held call is finished even if its caller hangs up meanwhile, as a
+        real provider finishes a refund whose caller died.
+        """
+        if not request.path.endswith("/refund/domestic/refunds"):
+            return await handler(request)
+        await request.read()  # the whole call arrived before the caller can die
+        refund_asked.set()
+
+        async def held() -> web.StreamResponse:
+            await refunds_open.wait()
+            return await handler(request)
+
+        return await asyncio.shield(asyncio.ensure_future(held()))
 
     async with aiohttp.ClientSession() as session, aiohttp.ClientSession() as browser:
         gateway = FakeGateway(keys, redis, session)
@@ -110,7 +123,14 @@ async def open_shop(
             app, server_kwargs={"host": "127.0.0.1", "port": port}
         )
         yield Shop(
-            client, base_url, gateway, gateway_url, environ, browser, refund_asked
+            client,
+            base_url,
+            gateway,
+            gateway_url,
+            environ,
+            browser,
+            refund_asked,
+            refunds_open,
         )
 
 

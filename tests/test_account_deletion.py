@@ -8,7 +8,6 @@ import io
 import json
 import time
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -590,17 +589,6 @@ async def test_the_operator_exports_deletes_and_purges_at_once(
     done = await studio_command("account", "delete", email, environ=environ)
     assert done.returncode == 1
     assert "no account" in done.stderr
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A Redis Cluster of three masters for this module's cluster test."""
-    servers = Cluster(tmp_path_factory.mktemp("cluster"))
-    try:
-        servers.start()
-        yield servers
-    finally:
-        servers.stop()
 
 
 async def test_on_a_cluster_the_purge_finds_the_keys_on_the_accounts_node(

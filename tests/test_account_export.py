@@ -562,17 +562,6 @@ async def test_make_runs_embedded_worker_builds_exports_too(
     assert account["id"] == me.id
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A Redis Cluster of our own (about 6 s to form)."""
-    servers = Cluster(tmp_path_factory.mktemp("cluster"))
-    try:
-        servers.start()
-        yield servers
-    finally:
-        servers.stop()
-
-
 async def test_an_export_is_built_and_served_on_redis_cluster(
     aiohttp_client: AiohttpClient,
     make_settings: SettingsFactory,

@@ -34,6 +34,9 @@ from service.store.embedded import MailCatcher, RedisServer
 from .conftest import TEST_SECRET, Client, SettingsFactory, latest_code
 from .processes import running
 
+# Wall-clock budgets: `make test` runs this module after the parallel part, alone.
+pytestmark = pytest.mark.timing
+
 # One request without work per network, then a challenge.
 NOISY_AFTER_ONE = {
     "STUDIO_LIMITS_CODE_NET_FREE_QUOTA": "2",

@@ -101,10 +101,10 @@ def test_a_crafted_8_kb_header_is_read_in_well_under_a_millisecond(
 ) -> None:
     """No object per pair, no regular expression: linear in the header's length."""
     header = crafted[:8190] + f"; {NAME}=found"
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: the parallel suite's load stays out
     for _ in range(100):
         found = find_cookie(header, NAME)
-    per_call = (time.perf_counter() - start) / 100
+    per_call = (time.process_time() - start) / 100
     assert found in ("found", None)
     assert per_call < 0.001, f"{per_call * 1000:.2f} ms per header"
 

@@ -18,6 +18,9 @@ from .conftest import Client, SettingsFactory, collector_paused
 from .test_square import sample_work
 from .workbench import sign_in
 
+# Wall-clock budgets: `make test` runs this module after the parallel part, alone.
+pytestmark = pytest.mark.timing
+
 BUDGET = 0.15
 
 

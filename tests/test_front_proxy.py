@@ -31,9 +31,13 @@ NGINX = shutil.which("nginx") or next(
     ),
     None,
 )
-pytestmark = pytest.mark.skipif(
-    NGINX is None, reason="nginx is not installed (apt-get install nginx)"
-)
+# Wall-clock budgets: `make test` runs this module after the parallel part, alone.
+pytestmark = [
+    pytest.mark.skipif(
+        NGINX is None, reason="nginx is not installed (apt-get install nginx)"
+    ),
+    pytest.mark.timing,
+]
 CONFIG = ROOT / "deploy" / "nginx.conf"
 # deploy/nginx.conf's timeouts; the proxy must have cut a stalled client by then.
 HEADER_TIMEOUT = 10.0

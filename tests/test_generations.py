@@ -7,6 +7,7 @@ import io
 import logging
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +25,19 @@ from .conftest import Client, Env, MakeClient, SettingsFactory
 from .logs import troubles
 from .workbench import (
     balance,
+    job_finished,
     ledger,
     sign_in,
     wait_for_status,
     worker_process,
 )
+
+
+async def _read(client: Client, gid: str) -> dict[str, Any]:
+    response = await client.get(f"/api/generations/{gid}")
+    assert response.status == 200
+    body: dict[str, Any] = await response.json()
+    return body
 
 
 async def _submit(client: Client, **body: Any) -> dict[str, Any]:
@@ -116,18 +125,22 @@ async def test_cancel_while_queued_refunds_at_once(
 
 
 async def test_cancel_while_running_stops_the_worker_and_discards_the_result(
-    studio: MakeClient, mail_server: MailCatcher, studio_env: Env, tmp_path: Path
+    studio: MakeClient,
+    mail_server: MailCatcher,
+    studio_env: Env,
+    tmp_path: Path,
+    redis: Redis,
 ) -> None:
     """The worker stops at its next check; nothing it made is kept."""
     client = await studio()
-    await sign_in(client, mail_server)
+    me = await sign_in(client, mail_server)
     generation = await _submit(client)
     env = {**studio_env, "STUDIO_DEMO_SECONDS": "5"}
     with worker_process(env):
         await wait_for_status(client, generation["id"], {"running"})
         response = await client.post(f"/api/generations/{generation['id']}/cancel")
         assert (await response.json())["status"] == "canceled"
-        await asyncio.sleep(1.0)
+        await job_finished(redis, me["id"], generation["id"])  # it heard and stopped
     body = await wait_for_status(client, generation["id"], {"canceled"})
     assert body["works"] == []
     assert await balance(client) == 100
@@ -163,7 +176,10 @@ async def test_a_killed_worker_leaves_its_job_to_another_with_one_debit(
     slow = {**studio_env, "STUDIO_DEMO_SECONDS": "6"}
     with worker_process(slow) as doomed:
         running = await wait_for_status(client, generation["id"], {"running"})
-        await asyncio.sleep(0.8)  # some progress is reported before the kill
+        deadline = time.monotonic() + 20  # some progress is reported before the kill
+        while (await _read(client, generation["id"]))["progress"] <= 0:
+            assert time.monotonic() < deadline, "the worker reported no progress"
+            await asyncio.sleep(0.05)
         os.killpg(doomed.pid, signal.SIGKILL)
         doomed.wait()
     held = await (await client.get(f"/api/generations/{generation['id']}")).json()

@@ -86,8 +86,20 @@ async def make_works(
 
 
 async def _put(session: aiohttp.ClientSession, url: str, token: str) -> int:
-    async with session.put(url, headers={"Cookie": f"studio_session={token}"}) as r:
-        return r.status
+    """PUT as a fan's browser would: a 503 is sent again a moment later.
+
+    The app sheds a request whose session it cannot read within its budget
+    (0.25 s): with a thousand requests in the test's own event loop on a busy
+    machine, some are. Shedding is not the claim here; the exact count is.
+    """
+    for _ in range(100):
+        async with session.put(
+            url, headers={"Cookie": f"studio_session={token}"}
+        ) as response:
+            if response.status != 503:
+                return response.status
+        await asyncio.sleep(0.1)
+    return 503
 
 
 async def _square_ids(client: Client, **query: str) -> list[str]:
@@ -240,10 +252,8 @@ async def test_a_thousand_concurrent_favorites_count_exactly_a_thousand(
     async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as fans:
         statuses = await asyncio.gather(*(_put(fans, url, token) for token in tokens))
     assert set(statuses) == {204}
-    item = await (await client.get(f"/api/square/{work['id']}")).json()
     mine = await (await client.get(f"/api/works/{work['id']}")).json()
     assert mine["favorites"] == 1000
-    await asyncio.sleep(2.1)  # the square's page cache is fresh for 2 s
     item = await (await client.get(f"/api/square/{work['id']}")).json()
     assert item["favorites"] == 1000
     async with aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar()) as fans:
@@ -268,7 +278,6 @@ async def test_top_sorts_by_favorites_and_pages_stay_stable_while_counts_change(
     for work in [*works, video]:
         await client.post(f"/api/works/{work['id']}/publish")
     await fan.put(f"/api/works/{works[1]['id']}/favorite")
-    await asyncio.sleep(2.1)
     ids = [w["id"] for w in works]
     expected = [ids[1], video["id"], ids[4], ids[3], ids[2], ids[0]]
     assert await _square_ids(client, sort="top") == expected

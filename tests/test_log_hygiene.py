@@ -72,7 +72,7 @@ def test_malformed_requests_log_no_secret_and_at_most_one_short_line(
     with running("serve", variables) as (base, process):
         output = output_of(process)
         port = int(base.rsplit(":", 1)[1])
-        time.sleep(1.2)  # let start-up lines and the first access block out
+        output.wait_for('"path":"/healthz"')  # start-up lines and the first block
         for name, raw in MALFORMED.items():
             before = output.text()
             access_before = _access_lines(output)

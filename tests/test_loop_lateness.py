@@ -26,6 +26,9 @@ from service.store.embedded import MailCatcher, RedisServer
 from .chaos import HangingProxy
 from .conftest import Client, collector_paused
 
+# Wall-clock budgets: `make test` runs this module after the parallel part, alone.
+pytestmark = pytest.mark.timing
+
 # Longer than a decision's budget, so the deadline falls inside the stall.
 STALL = 1.5 * DECISION_BUDGET_SECONDS
 POLICY = Policy("lateness", 100_000, 60, 50_000)

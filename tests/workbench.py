@@ -14,8 +14,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from redis.asyncio import Redis
+
 from service.settings import ROOT
 from service.store.embedded import MailCatcher
+from service.studio.queue import prefix, shard_of
 
 from .conftest import Client, latest_code
 from .processes import studio_environ
@@ -72,12 +75,26 @@ async def wait_for_status(
     body: dict[str, Any] = {}
     while time.monotonic() < deadline:
         response = await client.get(f"/api/generations/{gid}")
-        assert response.status == 200
+        if response.status == 503:  # shed on a busy machine: ask again, as told
+            await _sleep(0.05)
+            continue
+        assert response.status == 200, await response.text()
         body = await response.json()
         if body["status"] in statuses:
             return body
         await _sleep(0.05)
     raise AssertionError(f"{gid} stayed {body.get('status')}, not in {statuses}")
+
+
+async def job_finished(
+    redis: Redis, account_id: str, gid: str, within: float = 20.0
+) -> None:
+    """Wait until a worker is done with a job: its queue record is deleted."""
+    record = f"{prefix(shard_of(account_id))}:job:{gid}"
+    deadline = time.monotonic() + within
+    while await redis.exists(record):
+        assert time.monotonic() < deadline, f"no worker finished {gid}"
+        await _sleep(0.02)
 
 
 async def _sleep(seconds: float) -> None:
