@@ -51,7 +51,12 @@ def make_client(
 
 
 async def make_works(
-    redis: Redis, tmp_path: Path, account: str, count: int, kind: str = "image"
+    redis: Redis,
+    tmp_path: Path,
+    account: str,
+    count: int,
+    kind: str = "image",
+    prompt: str = "prompt",
 ) -> list[dict[str, Any]]:
     """Finish a generation with `count` works whose media really exist."""
     store = GenerationStore(redis)
@@ -70,7 +75,7 @@ async def make_works(
         await media.put(thumb, b"thumb")
         work: dict[str, Any] = {
             "id": secrets.token_hex(10), "generation_id": gid, "kind": kind,
-            "model": "seedream-4", "prompt": f"prompt {index}",
+            "model": "seedream-4", "prompt": f"{prompt} {index}",
             "media_url": media.url(key), "thumb_url": media.url(thumb),
             "width": 1024, "height": 1024,
             "content_type": "image/png" if kind == "image" else "video/mp4",

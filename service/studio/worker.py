@@ -29,6 +29,7 @@ from .generations import GenerationStore
 from .ledger import account_key, iso, now, text
 from .media.demo_art import thumbnail_webp, video_info, video_poster
 from .media.store import CONTENT_TYPES, MediaStore, new_key
+from .positions import record_run, record_start
 from .queue import CANCEL_CHANNEL, READY_CHANNEL, JobQueue
 from .upstreams.base import Output, Request, Upstream, UpstreamError
 from .upstreams.slots import UpstreamSlots
@@ -216,6 +217,8 @@ class Worker:
         remaining = float(job["deadline"]) - time.time()
         started = time.monotonic()
         model = fields.get("model", "?")
+        if outcome == "STARTED":  # the estimates' windows (positions.py)
+            await record_start(self.redis, time.time())
         try:
             async with asyncio.timeout(max(0.0, remaining)):
                 works, keys = await self._produce(account, gid, entry, fields)
@@ -241,6 +244,8 @@ class Worker:
             for key in keys:
                 await self.media.delete(key)
         self._timed(model, "succeeded" if outcome == "OK" else "discarded", started)
+        if outcome == "OK":
+            await record_run(self.redis, model, time.monotonic() - started)
         await self.queue.finish(gid, entry)
 
     async def _retired(self, account: str, gid: str) -> bool:
