@@ -306,9 +306,11 @@ async def test_reports_hide_a_work_after_three_accounts_and_an_operator_restores
     (work,) = await make_works(redis, tmp_path, me["id"], 1)
     await owner.post(f"/api/works/{work['id']}/publish")
     path = f"/api/works/{work['id']}/report"
-    bad = await owner.post(path, json={"reason": ""})
-    assert bad.status == 400
-    assert await bad.json() == {"error": "BAD_REQUEST", "field": "reason"}
+    # A missing reason is a bad one too (CONTRACT §6, details 12).
+    for body in ({}, {"reason": ""}, {"reason": 5}, {"reason": "x" * 501}):
+        bad = await owner.post(path, json=body)
+        assert bad.status == 400
+        assert await bad.json() == {"error": "BAD_REQUEST", "field": "reason"}
     assert (await owner.post(path, json={"reason": "mine"})).status == 204
     reporters = [await make_client() for _ in range(3)]
     for reporter in reporters:

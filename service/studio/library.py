@@ -177,7 +177,9 @@ async def list_favorites(request: web.Request) -> web.StreamResponse:
 
 async def report(request: web.Request) -> web.StreamResponse:
     """Report a published work; enough distinct reporters take it off the square."""
-    body: dict[str, Any] = await read_json(request, required={"reason"})
+    body: dict[str, Any] = await read_json(
+        request, required={"reason"}, name_field=True
+    )
     await _limit(request, "report")
     reason = body["reason"]
     if not isinstance(reason, str) or not 1 <= len(reason.strip()) <= MAX_REASON:
