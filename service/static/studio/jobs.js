@@ -139,6 +139,14 @@ on('signing-out', disconnect);
 // A sign-out that did not happen (a wrong code on deleting): listen again.
 on('signing-out-failed', () => { if (state.user && !source) connect(); });
 on('models', redraw);
+// A work deleted (in the viewer) leaves its job's results too.
+on('work-removed', (id) => {
+  for (const job of jobs.values()) {
+    if (!job.g.works?.some((work) => work.id === id)) continue;
+    job.g = { ...job.g, works: job.g.works.filter((work) => work.id !== id) };
+    job.el.replaceWith(job.el = card(job.g));
+  }
+});
 addEventListener('pagehide', disconnect);
 onLang(redraw);
 
