@@ -19,7 +19,14 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from playwright.async_api import Browser, Page, ViewportSize, async_playwright, expect
+from playwright.async_api import (
+    Browser,
+    Locator,
+    Page,
+    ViewportSize,
+    async_playwright,
+    expect,
+)
 from redis.asyncio import Redis
 
 from service.app import create_app
@@ -159,6 +166,22 @@ async def _fits(page: Page) -> None:
     assert width <= viewport["width"], width
 
 
+async def _both_widths(
+    page: Page, screen: str, report: dict[str, Any], show: Locator | None = None
+) -> None:
+    """Screenshot and check a screen at 1280 and at 360 px (`show` in view)."""
+    was = page.viewport_size
+    assert was is not None
+    for viewport in (DESKTOP, MOBILE):
+        await page.set_viewport_size(viewport)
+        await _fits(page)
+        if show is not None:
+            await show.scroll_into_view_if_needed()
+        await screenshot(page, screen)
+        await assert_accessible(page, f"{screen}-{viewport['width']}", report)
+    await page.set_viewport_size(was)
+
+
 async def test_a_queued_job_shows_its_place_and_estimate_then_runs(
     bench: Bench,
 ) -> None:
@@ -185,8 +208,7 @@ async def test_a_queued_job_shows_its_place_and_estimate_then_runs(
     await expect(status).to_have_text(
         re.compile(r"^Queued · [1-3] in line · about \d+ s$")
     )
-    await screenshot(page, "queue")
-    await assert_accessible(page, "queue", bench.axe)
+    await _both_widths(page, "queue", bench.axe, show=job)
     await expect(job).to_have_attribute("data-status", "succeeded", timeout=30_000)
     await page.context.close()
     seen.assert_clean()
@@ -214,9 +236,7 @@ async def test_try_again_after_a_cancel_and_cancel_all_queued(bench: Bench) -> N
         "data-status", re.compile("queued|running")
     )
     await expect(balance).to_have_text("94")
-    await _fits(page)
-    await screenshot(page, "try-again")
-    await assert_accessible(page, "try-again-mobile", bench.axe)
+    await _both_widths(page, "try-again", bench.axe, show=jobs.first)
     await page.locator("#c-prompt").fill("one more for the line")
     await page.locator("#c-submit").click()
     cancel_all = page.get_by_role("button", name="Cancel all queued")
@@ -242,8 +262,7 @@ async def test_search_and_collections_from_the_viewer(bench: Bench) -> None:
     await page.get_by_role("button", name="搜索", exact=True).click()
     await expect(tiles).to_have_count(2)
     await expect(page.locator("#works-jobs > li")).to_have_count(2)
-    await screenshot(page, "search-zh")
-    await assert_accessible(page, "search-zh", bench.axe)
+    await _both_widths(page, "search-zh", bench.axe)
     await page.get_by_role("button", name="清除").click()
     await expect(tiles).to_have_count(3)
     await expect(page.locator("#works-jobs-section")).to_be_hidden()
@@ -263,8 +282,7 @@ async def test_search_and_collections_from_the_viewer(bench: Bench) -> None:
     await expect(night).to_have_attribute("aria-pressed", "true")
     await expect(tiles).to_have_count(1)
     await expect(tiles.first.locator("img")).to_have_attribute("alt", "雪中的灯笼")
-    await screenshot(page, "collection-zh")
-    await assert_accessible(page, "collection-zh", bench.axe)
+    await _both_widths(page, "collection-zh", bench.axe)
     await page.get_by_role("button", name="重命名").click()
     await page.locator("#collection-newname").fill("夜景")
     await page.locator("#collection-newname").press("Enter")
