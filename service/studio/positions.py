@@ -4,7 +4,8 @@ Every queue shard keeps its waiting jobs in a sorted set (`<shard>:waiting`)
 scored by the server's clock in microseconds at submit (unique within the
 shard); the submit script adds a job, the transition out of `queued` (and the
 queue's `finish`) removes it. A job's place is 1 + the jobs of every shard
-queued before it: one ZCOUNT per shard, O(log n) each, whatever the depth.
+queued before it: one ZCOUNT per shard, O(log n) each, whatever the depth
+(one script call per shard counts for all of a page's queued jobs).
 
 The estimate comes from rolling windows the workers keep: the last RUNS run
 times of each model and the last STARTS start times of any job.
@@ -20,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from redis.asyncio import Redis
+from redis.exceptions import NoScriptError
 
 from .generations import view
 from .ledger import text
@@ -32,6 +34,14 @@ WINDOW_SECONDS: Final = 2.0
 # The event stream's pace: new places and estimates at most this often.
 PUSH_SECONDS: Final = 2.0
 _RUNS_KEY: Final = "studio:eta:runs:"
+# How many jobs of one shard's line were queued before each of the scores given.
+_AHEAD: Final = """
+local out = {}
+for i, score in ipairs(ARGV) do
+  out[i] = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. score)
+end
+return out
+"""
 _STARTS_KEY: Final = "studio:eta:starts"
 
 
@@ -62,6 +72,7 @@ class Positions:
 
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
+        self._ahead = redis.register_script(_AHEAD)
         self._runs: dict[str, float | None] = {}
         self._gap: float | None = None
         self._read_at = -WINDOW_SECONDS
@@ -86,15 +97,26 @@ class Positions:
         known = [score for score in scores if score]
         if not known:
             return [None] * len(scores)
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for score in known:
-                for shard in range(SHARDS):
-                    pipe.zcount(waiting_key(shard), "-inf", f"({score}")
-            counts = await pipe.execute()
-        places = iter(
-            1 + sum(counts[i : i + SHARDS]) for i in range(0, len(counts), SHARDS)
-        )
+        counts = await self._counts(known)
+        places = iter(1 + sum(column) for column in zip(*counts, strict=True))
         return [next(places) if score else None for score in scores]
+
+    async def _counts(self, scores: Sequence[str]) -> list[list[int]]:
+        """One call per shard, whatever the number of jobs: each counts them all.
+
+        EVALSHA in a plain pipeline: one round trip (a pipeline of Script
+        calls would ask SCRIPT EXISTS first, every time). A server that lost
+        its scripts (a restart) gets them loaded by one direct call per shard.
+        """
+        keys = [waiting_key(shard) for shard in range(SHARDS)]
+        try:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.evalsha(self._ahead.sha, 1, key, *scores)
+                counts: list[list[int]] = await pipe.execute()
+                return counts
+        except NoScriptError:
+            return [await self._ahead(keys=[key], args=list(scores)) for key in keys]
 
     async def _windows(self, models: Iterable[str]) -> None:
         """Read the run-time windows (at most every WINDOW_SECONDS per process)."""
