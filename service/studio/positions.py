@@ -13,6 +13,7 @@ times of each model and the last STARTS start times of any job.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import itertools
 import statistics
@@ -23,6 +24,7 @@ from typing import Any, Final
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
 
+from ..store.connect import is_cluster
 from .generations import view
 from .ledger import text
 from .queue import SHARDS, prefix
@@ -107,8 +109,15 @@ class Positions:
         EVALSHA in a plain pipeline: one round trip (a pipeline of Script
         calls would ask SCRIPT EXISTS first, every time). A server that lost
         its scripts (a restart) gets them loaded by one direct call per shard.
+        A cluster refuses scripts in pipelines: there the 16 calls go at once.
         """
         keys = [waiting_key(shard) for shard in range(SHARDS)]
+        if is_cluster(self._redis):  # no scripts in a cluster pipeline: at once
+            return list(
+                await asyncio.gather(
+                    *(self._ahead(keys=[key], args=list(scores)) for key in keys)
+                )
+            )
         try:
             async with self._redis.pipeline(transaction=False) as pipe:
                 for key in keys:
