@@ -315,6 +315,13 @@ async def test_use_this_prompt_from_the_square_fills_create(bench: Bench) -> Non
     await expect(page.locator("#c-size")).to_have_value("1024x1536")
     await expect(page.locator("#c-prompt")).to_be_focused()
     await _fits(page)
+    # The work's own page links to the same: a new visit lands in Create, filled.
+    await page.goto(f"{bench.url}/square/{work['id']}")
+    await page.get_by_role("link", name="使用此提示词 · Use this prompt").click()
+    await expect(page.locator("#view-create")).to_be_visible()
+    await expect(page).to_have_url(f"{bench.url}/studio#create")
+    await expect(page.locator("#c-prompt")).to_have_value("a tall paper crane")
+    await expect(page.locator("#c-size")).to_have_value("1024x1536")
     await page.context.close()
     seen.assert_clean()
 

@@ -2,7 +2,7 @@
 import { $, $$, h, toast } from './dom.js';
 import { t, currentLang, setLang, onLang, formatNumber } from './i18n.js';
 import { get, describe } from './api.js';
-import { state, on, loadSession, loadModels, signOut, modelName } from './state.js';
+import { state, on, emit, loadSession, loadModels, signOut, modelName } from './state.js';
 import { openSignIn, requireSession } from './auth.js';
 import { Feed } from './feed.js';
 import { openViewer } from './viewer.js';
@@ -196,9 +196,28 @@ $('#works-q-clear').addEventListener('click', () => {
 });
 on('collection-chosen', reloadWorks);
 
+// A work's own page links "Use this prompt" here as #use=<id>: Create, filled in.
+const USE = /^#use=([A-Za-z0-9]{1,64})$/;
+async function useFromSquare(id, models) {
+  try {
+    const work = await get(`/square/${id}`);
+    await models;
+    emit('prefill', { model: work.model, prompt: work.prompt, size: `${work.width}x${work.height}` });
+    createShown();
+    toast(t('toast_prompt'));
+  } catch (error) {
+    toast(describe(error));
+  }
+}
+
 async function boot() {
   renderUser();
   const models = loadModels().catch((error) => toast(describe(error)));
+  const use = USE.exec(location.hash);
+  if (use) {
+    history.replaceState(null, '', '#create');
+    useFromSquare(use[1], models);
+  }
   try {
     await loadSession();
   } catch (error) {
