@@ -5,7 +5,8 @@ scored by the server's clock in microseconds at submit (unique within the
 shard); the submit script adds a job, the transition out of `queued` (and the
 queue's `finish`) removes it. A job's place is 1 + the jobs of every shard
 queued before it: one ZCOUNT per shard, O(log n) each, whatever the depth
-(one script call per shard counts for all of a page's queued jobs).
+(one script call counts them for all of a page's queued jobs; on a cluster,
+one call per shard).
 
 The estimate comes from rolling windows the workers keep: the last RUNS run
 times of each model and the last STARTS start times of any job.
@@ -22,7 +23,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError
 
 from ..store.connect import is_cluster
 from .generations import view
@@ -36,11 +36,16 @@ WINDOW_SECONDS: Final = 2.0
 # The event stream's pace: new places and estimates at most this often.
 PUSH_SECONDS: Final = 2.0
 _RUNS_KEY: Final = "studio:eta:runs:"
-# How many jobs of one shard's line were queued before each of the scores given.
+# How many jobs of the lines named (KEYS: one shard's on a cluster, all of them
+# on one server) were queued before each of the scores given.
 _AHEAD: Final = """
 local out = {}
 for i, score in ipairs(ARGV) do
-  out[i] = redis.call('ZCOUNT', KEYS[1], '-inf', '(' .. score)
+  local n = 0
+  for _, line in ipairs(KEYS) do
+    n = n + redis.call('ZCOUNT', line, '-inf', '(' .. score)
+  end
+  out[i] = n
 end
 return out
 """
@@ -52,21 +57,40 @@ def waiting_key(shard: int) -> str:
     return f"{prefix(shard)}:waiting"
 
 
-async def record_start(redis: Redis, moment: float) -> None:
-    """Add a job's start to the window the estimate's spacing comes from."""
-    async with redis.pipeline(transaction=False) as pipe:
-        pipe.lpush(_STARTS_KEY, f"{moment:.3f}")
-        pipe.ltrim(_STARTS_KEY, 0, STARTS - 1)
-        await pipe.execute()
+class Timings:
+    """A worker's starts and run times, sent to the estimate's windows in batches.
 
+    Noted in memory as jobs start and end; the worker's janitor flushes them
+    once a second in one round trip, so a job pays nothing for them.
+    """
 
-async def record_run(redis: Redis, model: str, seconds: float) -> None:
-    """Add a successful run's length to its model's window."""
-    key = _RUNS_KEY + model
-    async with redis.pipeline(transaction=False) as pipe:
-        pipe.lpush(key, f"{seconds:.3f}")
-        pipe.ltrim(key, 0, RUNS - 1)
-        await pipe.execute()
+    def __init__(self) -> None:
+        self._starts: list[float] = []
+        self._runs: dict[str, list[float]] = {}
+
+    def started(self, moment: float) -> None:
+        """Note a job's start (epoch seconds)."""
+        self._starts.append(moment)
+
+    def ran(self, model: str, seconds: float) -> None:
+        """Note a successful run's length."""
+        self._runs.setdefault(model, []).append(seconds)
+
+    async def flush(self, redis: Redis) -> None:
+        """Push what was noted onto the windows, trimmed to their size."""
+        starts, runs = self._starts, self._runs
+        if not starts and not runs:
+            return
+        self._starts, self._runs = [], {}
+        async with redis.pipeline(transaction=False) as pipe:
+            for key, values, size in [
+                (_STARTS_KEY, starts, STARTS),
+                *((_RUNS_KEY + model, times, RUNS) for model, times in runs.items()),
+            ]:
+                if values:
+                    pipe.lpush(key, *(f"{value:.3f}" for value in values))
+                    pipe.ltrim(key, 0, size - 1)
+            await pipe.execute()
 
 
 class Positions:
@@ -104,28 +128,19 @@ class Positions:
         return [next(places) if score else None for score in scores]
 
     async def _counts(self, scores: Sequence[str]) -> list[list[int]]:
-        """One call per shard, whatever the number of jobs: each counts them all.
+        """Count, per shard (or all at once), the jobs queued before each score.
 
-        EVALSHA in a plain pipeline: one round trip (a pipeline of Script
-        calls would ask SCRIPT EXISTS first, every time). A server that lost
-        its scripts (a restart) gets them loaded by one direct call per shard.
-        A cluster refuses scripts in pipelines: there the 16 calls go at once.
+        On one server a single script call counts all 16 lines. A cluster
+        keeps each line on its own slot: there one call per shard, all at once.
         """
         keys = [waiting_key(shard) for shard in range(SHARDS)]
-        if is_cluster(self._redis):  # no scripts in a cluster pipeline: at once
+        if is_cluster(self._redis):
             return list(
                 await asyncio.gather(
                     *(self._ahead(keys=[key], args=list(scores)) for key in keys)
                 )
             )
-        try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for key in keys:
-                    pipe.evalsha(self._ahead.sha, 1, key, *scores)
-                counts: list[list[int]] = await pipe.execute()
-                return counts
-        except NoScriptError:
-            return [await self._ahead(keys=[key], args=list(scores)) for key in keys]
+        return [await self._ahead(keys=keys, args=list(scores))]
 
     async def _windows(self, models: Iterable[str]) -> None:
         """Read the run-time windows (at most every WINDOW_SECONDS per process)."""
