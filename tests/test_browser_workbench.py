@@ -350,3 +350,68 @@ async def test_daily_credits_are_claimed_once_and_count_down(bench: Bench) -> No
         await assert_accessible(page, f"daily-{viewport['width']}", bench.axe)
         await page.context.close()
         seen.assert_clean()
+
+
+# Headless Chromium has no background tabs (every page is visible), so the test
+# says the tab went to the background the way a browser does (visibilityState
+# and its event); the real Notification is still made, and counted on its way.
+BACKGROUND = """() => {
+    Object.defineProperty(document, 'visibilityState',
+        { configurable: true, get: () => 'hidden' });
+    document.dispatchEvent(new Event('visibilitychange'));
+}"""
+COUNT_NOTIFICATIONS = """
+window.shown = [];
+if ('Notification' in window) {
+    const Real = window.Notification;
+    window.Notification = class extends Real {
+        constructor(title, options) {
+            super(title, options);
+            window.shown.push([title, options?.body]);
+        }
+    };
+}
+"""
+
+
+async def test_a_job_ending_in_a_background_tab_notifies_if_allowed(
+    bench: Bench,
+) -> None:
+    """Allowed: a notification when the job ends while the tab is hidden; not before."""
+    me = await bench.person()
+    page, seen = await bench.page_of(me)
+    await page.context.grant_permissions(["notifications"], origin=bench.url)
+    await page.add_init_script(COUNT_NOTIFICATIONS)
+    await page.goto(f"{bench.url}/studio#create")
+    await expect(page.locator("#balance-value")).to_have_text("100")
+    # Permission already given: nothing to ask for.
+    await expect(page.locator("#jobs-notify")).to_be_hidden()
+    await page.locator("#c-prompt").fill("seen while I was away")
+    await page.locator("#c-submit").click()
+    job = page.locator("#jobs > li").first
+    await expect(job).to_contain_text("seen while I was away")
+    await page.evaluate(BACKGROUND)
+    await expect(job).to_have_attribute("data-status", "succeeded", timeout=30_000)
+    shown = await page.evaluate("() => window.shown")
+    assert shown == [["Your work is ready", "seen while I was away"]]
+    await page.context.close()
+    seen.assert_clean()
+
+
+async def test_the_notify_button_asks_only_while_the_browser_has_not_been_told(
+    bench: Bench,
+) -> None:
+    """Not yet asked: the button shows; a visible tab gets no notification."""
+    me = await bench.person()
+    page, seen = await bench.page_of(me)
+    await page.add_init_script(COUNT_NOTIFICATIONS)
+    await page.goto(f"{bench.url}/studio#create")
+    notify = page.get_by_role("button", name="Notify me when jobs finish")
+    await expect(notify).to_be_visible()
+    await page.locator("#c-prompt").fill("watched all along")
+    await page.locator("#c-submit").click()
+    job = page.locator("#jobs > li").first
+    await expect(job).to_have_attribute("data-status", "succeeded", timeout=30_000)
+    assert await page.evaluate("() => window.shown") == []
+    await page.context.close()
+    seen.assert_clean()
