@@ -44,6 +44,7 @@ bench: $(VENV)/.dev
 	$(BIN)/python bench/documents.py
 	$(BIN)/python bench/square.py
 	$(BIN)/python bench/jobs.py
+	$(BIN)/python bench/positions.py
 
 # requirements.lock: every runtime dependency pinned with its hashes, for any Linux
 # (x86_64, aarch64) and Python 3.11+, as the image installs it (--require-hashes).

@@ -92,6 +92,17 @@ class Model:
 
 
 @dataclass(frozen=True, slots=True)
+class Preset:
+    """A style a person starts from: words added to their prompt (presets.toml)."""
+
+    id: str
+    name_zh: str
+    name_en: str
+    prompt_suffix: str
+    negative_prompt: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Pack:
     yuan: int
     credits: int
@@ -108,6 +119,8 @@ class Content:
     packs: tuple[Pack, ...]
     # The workflows comfyui rows name, parsed (ComfyUI's API format), by file name.
     workflows: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # The style presets of Create, in the order of presets.toml (none without it).
+    presets: tuple[Preset, ...] = ()
 
     @property
     def lastmod(self) -> dt.date:
@@ -149,7 +162,7 @@ def load_content(directory: Path = CONTENT_DIR) -> Content:
     }
     return Content(
         site=facts, documents=documents, models=models, packs=packs,
-        workflows=workflows,
+        workflows=workflows, presets=_presets(directory / "presets.toml"),
     )  # fmt: skip
 
 
@@ -302,6 +315,35 @@ def _packs(file: Path, tables: list[Any]) -> tuple[Pack, ...]:
             raise table.error("yuan", f"{yuan} is the price of another pack")
         packs.append(pack)
     return tuple(packs)
+
+
+def _presets(file: Path) -> tuple[Preset, ...]:
+    """Read presets.toml's [[presets]]; a content directory without it has none."""
+    if not file.exists():
+        return ()
+    top = _Table(file, "", _read(file))
+    presets: list[Preset] = []
+    for index, raw in enumerate(top.take("presets", list)):
+        table = _Table(file, f"presets[{index}]", raw)
+        preset_id = table.text("id")
+        if not _MODEL_ID.fullmatch(preset_id) or preset_id in {p.id for p in presets}:
+            raise table.error("id", "must be a unique id of a-z, 0-9, . _ -")
+        presets.append(
+            Preset(
+                id=preset_id,
+                name_zh=table.text("name_zh"),
+                name_en=table.text("name_en"),
+                prompt_suffix=table.text("prompt_suffix"),
+                negative_prompt=(
+                    table.text("negative_prompt")
+                    if table.has("negative_prompt")
+                    else ""
+                ),
+            )
+        )
+        table.done()
+    top.done()
+    return tuple(presets)
 
 
 def _model_entry(index: int, model_id: Any) -> str:

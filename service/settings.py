@@ -124,6 +124,8 @@ class WorkbenchSettings:
     upstreams: dict[str, UpstreamSettings] = field(default_factory=dict, hash=False)
     # The bucket media live in; None: the directory media_dir.
     media_s3: MediaS3Settings | None = None
+    # Credits of the daily grant (CONTRACT §12), a `bonus` lot for 7 days.
+    daily_credits: int = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +303,7 @@ def _build(raw: Mapping[str, Any]) -> Settings:
             video_deadline=_integer(raw, "jobs.video_deadline", 1, 86400),
             worker_concurrency=_integer(raw, "worker.concurrency", 1, 1000),
             expire_months=_integer(raw, "credits.expire_months", 1, 1200),
+            daily_credits=_integer(raw, "credits.daily", 1, 1_000_000),
             hide_after_reports=_integer(raw, "square.hide_after_reports", 1, 1000),
             square_read_budget=_number(raw, "square.read_budget", 0.01, 5.0),
             upstreams=_upstreams(raw),

@@ -315,6 +315,13 @@ async def _account_world(
         assert response.status == 204
     upload = await doomed.post("/api/uploads", data=_png())
     assert upload.status == 201, await upload.text()
+    # a collection holding a work, and today's daily credits (CONTRACT §12)
+    made = await doomed.post("/api/collections", json={"name": "夜"})
+    box = (await made.json())["id"]
+    assert (
+        await doomed.put(f"/api/collections/{box}/works/{mine[1]['id']}")
+    ).status == 204
+    assert (await doomed.post("/api/credits/daily")).status == 200
     order, _ = await OrderStore(redis, order_minutes=15, expire_months=24).create(
         me["id"], P30, "alipay", "desktop"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import errno
 import hashlib
 import io
@@ -36,6 +37,7 @@ from .workbench import sign_in, worker_process
 
 JSON_FILES = {
     "account.json",
+    "collections.json",
     "credits.json",
     "orders.json",
     "generations.json",
@@ -196,6 +198,12 @@ async def test_the_zip_holds_exactly_my_data_and_the_originals_bytes(
         await _json(studio, "PUT", f"/api/works/{second}/favorite", me)
         await _json(studio, "PUT", f"/api/works/{their_work}/favorite", me)
         await _json(studio, "PUT", f"/api/works/{first}/favorite", other)
+        await _json(studio, "POST", "/api/credits/daily", me)
+        night = await _json(studio, "POST", "/api/collections", me, json={"name": "夜"})
+        path = f"/api/collections/{night['id']}/works"
+        for wid in (second, first):
+            await studio.put(f"{path}/{wid}", headers=me.cookie)
+        await _json(studio, "POST", "/api/collections", other, json={"name": "OTHERS"})
 
         opened = asyncio.Event()
 
@@ -295,6 +303,15 @@ async def test_the_zip_holds_exactly_my_data_and_the_originals_bytes(
     favorites = parsed["favorites.json"]["favorites"]
     assert [f["id"] for f in favorites] == [their_work, second]
     assert all(f["favorited_at"].endswith("Z") for f in favorites)
+
+    collections = await _json(studio, "GET", "/api/collections", me)
+    (collection,) = parsed["collections.json"]["collections"]
+    assert collection == {**collections["collections"][0], "works": [first, second]}
+    assert b"OTHERS" not in raw["collections.json"]
+    beijing = dt.datetime.now(dt.UTC) + dt.timedelta(hours=8)
+    assert account["daily_claimed_on"] == beijing.date().isoformat()
+    daily = [e for e in credits["entries"] if e["note"] == "daily credits"]
+    assert [e["kind"] for e in daily] == ["grant"]
 
     (session,) = parsed["sessions.json"]["sessions"]
     assert set(session) == {"created_at", "last_seen_at"}

@@ -507,6 +507,9 @@ async def test_a_person_creates_watches_cancels_publishes_and_a_visitor_favorite
     await expect(page.locator("#c-ref-status")).to_have_text(
         "Uses the original's reference image"
     )
+    # The work deleted in the viewer is gone from its job in Create too.
+    lantern = page.locator("#jobs > li", has_text="a paper lantern over a river")
+    await expect(lantern.locator(".tile")).to_have_count(1)
 
     # Credits: the balance, its lots and every entry, refunds included.
     await page.get_by_role("link", name="Credits", exact=True).click()
@@ -661,6 +664,10 @@ async def test_the_workbench_fits_a_360_px_wide_phone(
     await page.get_by_role("link", name="Credits", exact=True).click()
     await expect(page.locator("#entries tr").first).to_be_visible()
     await fits("credits")
+    # A work's own page: its image shrinks to the screen.
+    await page.goto(f"{live.url}/square/{published.works[0]['id']}")
+    await expect(page.locator("article.work img")).to_be_visible()
+    await fits("square-page")
     await page.context.close()
     seen.assert_clean()
 

@@ -51,7 +51,12 @@ def make_client(
 
 
 async def make_works(
-    redis: Redis, tmp_path: Path, account: str, count: int, kind: str = "image"
+    redis: Redis,
+    tmp_path: Path,
+    account: str,
+    count: int,
+    kind: str = "image",
+    prompt: str = "prompt",
 ) -> list[dict[str, Any]]:
     """Finish a generation with `count` works whose media really exist."""
     store = GenerationStore(redis)
@@ -70,7 +75,7 @@ async def make_works(
         await media.put(thumb, b"thumb")
         work: dict[str, Any] = {
             "id": secrets.token_hex(10), "generation_id": gid, "kind": kind,
-            "model": "seedream-4", "prompt": f"prompt {index}",
+            "model": "seedream-4", "prompt": f"{prompt} {index}",
             "media_url": media.url(key), "thumb_url": media.url(thumb),
             "width": 1024, "height": 1024,
             "content_type": "image/png" if kind == "image" else "video/mp4",
@@ -266,6 +271,34 @@ async def test_a_thousand_concurrent_favorites_count_exactly_a_thousand(
     ] == 999
 
 
+async def test_my_flag_and_the_count_agree_once_racing_writes_are_answered(
+    make_client: Factory, mail_server: MailCatcher, redis: Redis, tmp_path: Path
+) -> None:
+    """10 favorites and 10 unfavorites at once, then a read: flag and count agree.
+
+    On my own work and on someone else's published one; my list of favorites
+    agrees with the flag too.
+    """
+    owner, me = await make_client(), await make_client()
+    mine = await sign_in(me, mail_server)
+    author = await sign_in(owner, mail_server)
+    (own,) = await make_works(redis, tmp_path, mine["id"], 1)
+    (theirs,) = await make_works(redis, tmp_path, author["id"], 1)
+    await owner.post(f"/api/works/{theirs['id']}/publish")
+    for work in (own, theirs):
+        url = f"/api/works/{work['id']}/favorite"
+        for _ in range(15):
+            await forget_limits(redis)  # 600 writes: past the write limit's burst
+            writes = [me.put(url) if n % 2 else me.delete(url) for n in range(20)]
+            answers = await asyncio.gather(*[asyncio.ensure_future(w) for w in writes])
+            assert {answer.status for answer in answers} == {204}
+            body = await (await me.get(f"/api/works/{work['id']}")).json()
+            assert body["favorites"] == (1 if body["favorite"] else 0), body
+            listed = await (await me.get("/api/favorites")).json()
+            ids = [item["id"] for item in listed["items"]]
+            assert (work["id"] in ids) == body["favorite"]
+
+
 async def test_top_sorts_by_favorites_and_pages_stay_stable_while_counts_change(
     make_client: Factory, mail_server: MailCatcher, redis: Redis, tmp_path: Path
 ) -> None:
@@ -310,9 +343,11 @@ async def test_reports_hide_a_work_after_three_accounts_and_an_operator_restores
     (work,) = await make_works(redis, tmp_path, me["id"], 1)
     await owner.post(f"/api/works/{work['id']}/publish")
     path = f"/api/works/{work['id']}/report"
-    bad = await owner.post(path, json={"reason": ""})
-    assert bad.status == 400
-    assert await bad.json() == {"error": "BAD_REQUEST", "field": "reason"}
+    # A missing reason is a bad one too (CONTRACT §6, details 12).
+    for body in ({}, {"reason": ""}, {"reason": 5}, {"reason": "x" * 501}):
+        bad = await owner.post(path, json=body)
+        assert bad.status == 400
+        assert await bad.json() == {"error": "BAD_REQUEST", "field": "reason"}
     assert (await owner.post(path, json={"reason": "mine"})).status == 204
     reporters = [await make_client() for _ in range(3)]
     for reporter in reporters:

@@ -69,7 +69,8 @@ account.json      账户：id（账户编号）、email（邮箱地址）、
                   credits_owed（因在支付平台退款而欠下的积分）、
                   exported_at（本导出的生成时间）、uploads（您上传的
                   参考图：id、file（在本压缩包中的路径）、
-                  content_type、width、height）。
+                  content_type、width、height）、daily_claimed_on
+                  （最近一次领取每日积分的日期，北京时间）。
 credits.json      积分：balance、credits_owed、lots（每一批积分：
                   id、kind（trial 试用 / bonus 赠送 / purchase 购买）、
                   granted 发放数、remaining 剩余数、expires_at 到期
@@ -103,6 +104,8 @@ works.json        作品：id、generation_id、kind、model、prompt、
                   （文件在本压缩包中的路径）。
 favorites.json    您收藏的作品：id（作品编号）、favorited_at（收藏
                   时间；早期的收藏没有记录时间，为 null）。
+collections.json  作品集：id、name 名称、count 作品数、created_at、
+                  works（集中作品的 id，最近加入的在前）。
 sessions.json     登录会话：created_at（登录时间）、last_seen_at
                   （最近使用时间，精确到约一小时）。会话令牌从不导出。
 media/            您的作品原文件、缩略图和上传的参考图，文件名即其
@@ -122,7 +125,8 @@ account.json      The account: id, email, created_at, balance (credits),
                   credits_owed (credits a refund made at a payment provider took
                   beyond the balance), exported_at, uploads (the reference images
                   you uploaded: id, file (its path in this ZIP), content_type,
-                  width, height).
+                  width, height), daily_claimed_on (the last day, Beijing time,
+                  the daily credits were claimed).
 credits.json      Credits: balance, credits_owed, lots (each grant of credits:
                   id, kind trial / bonus / purchase, granted, remaining,
                   expires_at, order_id) and entries (the ledger, every change:
@@ -149,6 +153,8 @@ works.json        Works: id, generation_id, kind, model, prompt, media_url,
                   in this ZIP).
 favorites.json    Works you favorited: id (the work's id), favorited_at (null for
                   favorites older than the record of their time).
+collections.json  Collections: id, name, count, created_at, works (the ids of
+                  its works, the most recently added first).
 sessions.json     Sign-in sessions: created_at, last_seen_at (to about an hour).
                   Session tokens are never exported.
 media/            Your works' files, their thumbnails and your uploads, each
@@ -379,6 +385,30 @@ class _Reader:
                 for wid, at in zip(wids, when, strict=True)
             ]
 
+    async def collections(self) -> AsyncIterator[list[dict[str, Any]]]:
+        """Walk my collections newest first, each with its works' ids."""
+        async for page in self._ranked(f"{self.key}:cols"):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for cid, _ in page:
+                    pipe.hgetall(f"{self.key}:col:{cid}")
+                    pipe.zrevrange(f"{self.key}:col:{cid}:works", 0, -1)
+                replies = await pipe.execute()
+            items = []
+            for index, (cid, _) in enumerate(page):
+                record, wids = replies[2 * index], replies[2 * index + 1]
+                fields = {text(k): text(v) for k, v in record.items()}
+                if fields:
+                    items.append(
+                        {
+                            "id": cid,
+                            "name": fields["name"],
+                            "count": len(wids),
+                            "created_at": fields["created_at"],
+                            "works": [text(wid) for wid in wids],
+                        }
+                    )
+            yield items
+
     async def sessions(self) -> AsyncIterator[list[dict[str, Any]]]:
         """Walk my live sessions, newest first: when made and last seen, no more."""
         async for page in self._ranked(sessions_index_key(self.id)):
@@ -475,6 +505,8 @@ async def write_archive(
             "credits_owed": int(fields.get("owed") or 0),
             "exported_at": exported_at,
             "uploads": uploads,
+            # the last day (Beijing time) the daily credits were claimed
+            "daily_claimed_on": fields.get("daily"),
         }
         await archive.json_file("account.json", account)
         await archive.json_file(
@@ -494,6 +526,9 @@ async def write_archive(
         await archive.json_file("works.json", {}, "works", reader.works())
         await archive.json_file("favorites.json", {}, "favorites", reader.favorites())
         await archive.json_file("sessions.json", {}, "sessions", reader.sessions())
+        await archive.json_file(
+            "collections.json", {}, "collections", reader.collections()
+        )
         for key in reader.media:
             await _copy_media(archive, media, key)
         readme = README.format(exported_at=exported_at, privacy_url=privacy_url)

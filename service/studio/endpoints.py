@@ -29,7 +29,7 @@ from ..api.payloads import (
 from ..api.query import bad_field, list_params, read_cursor
 from ..auth.sessions import SESSION, anonymous
 from ..content import Model
-from ..keys import CLOCK, CONTENT, SETTINGS
+from ..keys import CLOCK, CONTENT, REDIS, SETTINGS
 from ..limits.http import enforce
 from ..metrics import METRICS
 from ..web.hardening import BAD_DISPOSITION
@@ -40,7 +40,6 @@ from .generations import (
     MAX_PROMPT,
     MAX_SEED,
     SubmitRefused,
-    view,
 )
 from .keys import (
     EVENT_VIEWS,
@@ -49,12 +48,16 @@ from .keys import (
     JOBS,
     LEDGER,
     MEDIA,
+    POSITIONS,
     UPSTREAMS,
     WORKS,
 )
 from .ledger import account_key
 from .media.images import InvalidImage, inspect_image
 from .media.store import new_key
+from .positions import PUSH_SECONDS, LineWatch
+from .presets import with_preset
+from .search import generations_with, read_query, walk
 
 _LOGGER: Final = logging.getLogger(__name__)
 MAX_UPLOAD_BYTES: Final = 10 * 1024 * 1024
@@ -72,7 +75,7 @@ _MALFORMED_FORM: Final = (
 # Routes whose handlers charge a per-account write limit (headers on every answer).
 ACCOUNT_LIMITED: Final = frozenset({"uploads"})
 _SUBMIT_FIELDS: Final = frozenset(
-    {"negative_prompt", "size", "count", "seed", "reference"}
+    {"negative_prompt", "size", "count", "seed", "reference", "preset"}
 )
 
 
@@ -161,15 +164,9 @@ async def _fields(
     seed = _integer(body, "seed", secrets.randbelow(MAX_SEED + 1))
     if not 0 <= seed <= MAX_SEED:
         raise bad_field("seed")
-    stored: dict[str, str | int] = {
-        "model": model.id,
-        "kind": model.kind,
-        "prompt": prompt,
-        "negative_prompt": negative.strip(),
-        "size": size,
-        "count": count,
-        "seed": seed,
-    }
+    stored: dict[str, str | int] = {"model": model.id, "kind": model.kind}
+    stored |= with_preset(app[CONTENT].presets, model, body, prompt, negative.strip())
+    stored |= {"size": size, "count": count, "seed": seed}
     if "reference" in body:
         reference = body["reference"]
         if not (model.accepts_reference and isinstance(reference, str)):
@@ -188,14 +185,21 @@ async def _fields(
 
 async def submit(request: web.Request) -> web.StreamResponse:
     """Charge and queue a generation in one step; replay a repeated key."""
-    app = request.config_dict
-    settings = app[SETTINGS].workbench
     body = await read_json(
         request, required={"model", "prompt"}, optional=_SUBMIT_FIELDS
     )
+    idempotency, body_hash = read_idempotency(request, body)
+    return await place(request, body, idempotency, body_hash)
+
+
+async def place(
+    request: web.Request, body: Mapping[str, Any], idempotency: str, body_hash: str
+) -> web.StreamResponse:
+    """Check a submission's fields, then charge and queue it (or replay its key)."""
+    app = request.config_dict
+    settings = app[SETTINGS].workbench
     account = _account(request)
     store = app[GENERATIONS]
-    idempotency, body_hash = read_idempotency(request, body)
     if idempotency and (seen := await store.remembered(account, idempotency)):
         return await _replay(request, account, seen, body_hash)
     model, fields = await _fields(request, body)
@@ -218,9 +222,11 @@ async def submit(request: web.Request) -> web.StreamResponse:
     except SubmitRefused as err:
         raise _refusal(err, price) from None
     if submitted.replayed:
-        return _generation(submitted.fields, status=200, replayed=True)
+        return await generation_response(
+            request, submitted.fields, status=200, replayed=True
+        )
     app[METRICS].credits.labels("debited").inc(int(submitted.fields["credits"]))
-    return _generation(submitted.fields, status=202)
+    return await generation_response(request, submitted.fields, status=202)
 
 
 async def _replay(
@@ -232,7 +238,7 @@ async def _replay(
     fields = await request.config_dict[GENERATIONS].get(account, gid)
     if fields is None:
         raise ApiError(409, "IDEMPOTENCY_KEY_IN_USE")
-    return _generation(fields, status=200, replayed=True)
+    return await generation_response(request, fields, status=200, replayed=True)
 
 
 def _refusal(err: SubmitRefused, price: int) -> ApiError:
@@ -249,10 +255,15 @@ def _refusal(err: SubmitRefused, price: int) -> ApiError:
     return ApiError(401, "NO_SESSION")  # the account is gone (deleted meanwhile)
 
 
-def _generation(
-    fields: Mapping[str, str], *, status: int = 200, replayed: bool = False
+async def generation_response(
+    request: web.Request,
+    fields: Mapping[str, str],
+    *,
+    status: int = 200,
+    replayed: bool = False,
 ) -> web.Response:
-    response = json_response(view(fields), status=status)
+    (shown,) = await request.config_dict[POSITIONS].views([fields])
+    response = json_response(shown, status=status)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return response
@@ -260,20 +271,39 @@ def _generation(
 
 async def list_generations(request: web.Request) -> web.StreamResponse:
     """List my generations, newest first."""
-    limit, cursor = list_params(request.query, frozenset())
+    limit, cursor = list_params(request.query, frozenset({"q"}))
     before = read_cursor(cursor, "g")
-    items, last = await request.config_dict[GENERATIONS].page(
-        _account(request), before=before, limit=limit
-    )
+    if (words := read_query(request.query)) is not None:
+        items, last = await _found(request, words, before, limit)
+    else:
+        items, last = await request.config_dict[GENERATIONS].page(
+            _account(request), before=before, limit=limit
+        )
     return json_response(
         {
-            "items": [await _live(request, view(item)) for item in items],
+            "items": [
+                await _live(request, shown)
+                for shown in await request.config_dict[POSITIONS].views(items)
+            ],
             "next_cursor": f"g{last}" if last else None,
         }
     )
 
 
-def _gid(request: web.Request) -> str:
+async def _found(
+    request: web.Request, words: str, before: int | None, limit: int
+) -> tuple[list[dict[str, str]], int | None]:
+    """A page of my generations whose prompt holds the words."""
+    app, account = request.config_dict, _account(request)
+    keep = generations_with(app[REDIS], account, words)
+    index = f"{account_key(account)}:gens"
+    gids, last = await walk(app[REDIS], index, before=before, limit=limit, keep=keep)
+    found = [await app[GENERATIONS].get(account, gid) for gid in gids]
+    return [fields for fields in found if fields], last
+
+
+def generation_id(request: web.Request) -> str:
+    """Read the {gid} of the path; one that cannot exist is a 404."""
     gid = request.match_info["gid"]
     if not (gid.isascii() and gid.isalnum() and len(gid) <= 64):
         raise ApiError(404, "NOT_FOUND")
@@ -283,11 +313,12 @@ def _gid(request: web.Request) -> str:
 async def get_generation(request: web.Request) -> web.StreamResponse:
     """Show one of my generations; someone else's is as absent as a missing one."""
     fields = await request.config_dict[GENERATIONS].get(
-        _account(request), _gid(request)
+        _account(request), generation_id(request)
     )
     if fields is None:
         raise ApiError(404, "NOT_FOUND")
-    return json_response(await _live(request, view(fields)))
+    (shown,) = await request.config_dict[POSITIONS].views([fields])
+    return json_response(await _live(request, shown))
 
 
 async def _live(request: web.Request, generation: dict[str, Any]) -> dict[str, Any]:
@@ -302,7 +333,7 @@ async def _live(request: web.Request, generation: dict[str, Any]) -> dict[str, A
 async def cancel(request: web.Request) -> web.StreamResponse:
     """Cancel a queued or running generation, refunded in the same step."""
     app = request.config_dict
-    gid = _gid(request)
+    gid = generation_id(request)
     outcome, fields = await app[GENERATIONS].settle(_account(request), gid, "cancel")
     if outcome == "NOT_FOUND":
         raise ApiError(404, "NOT_FOUND")
@@ -310,7 +341,7 @@ async def cancel(request: web.Request) -> web.StreamResponse:
         raise ApiError(409, "NOT_CANCELABLE")
     app[METRICS].credits.labels("refunded").inc(int(fields["credits"]))
     await app[JOBS].cancel(gid)
-    return _generation(fields)
+    return await generation_response(request, fields)
 
 
 async def upload(request: web.Request) -> web.StreamResponse:
@@ -410,19 +441,38 @@ async def events(request: web.Request) -> web.StreamResponse:
 
             closed = asyncio.ensure_future(stream.wait())
             getter: asyncio.Future[dict[str, Any]] | None = None
+            watch = LineWatch(app[POSITIONS])
+            tick = time.monotonic() + PUSH_SECONDS
+
+            async def send_generations(shown: list[dict[str, Any]]) -> None:
+                for generation in shown:
+                    await send("generation", generation)
+                    watch.sent(generation)
+
             try:
                 await send("credits", {"balance": page.balance})
-                for fields in sorted(active, key=lambda f: int(f.get("n", "0"))):
-                    await send("generation", view(fields))
+                ordered = sorted(active, key=lambda f: int(f.get("n", "0")))
+                await send_generations(await app[POSITIONS].views(ordered))
                 while True:
-                    getter = asyncio.ensure_future(queue.get())
+                    if getter is None:
+                        getter = asyncio.ensure_future(queue.get())
+                    wait = max(0.0, tick - time.monotonic()) if watch.watching else None
+                    waiting: set[asyncio.Future[Any]] = {getter, closed}
                     done, _ = await asyncio.wait(
-                        {getter, closed}, return_when=asyncio.FIRST_COMPLETED
+                        waiting,
+                        timeout=wait,
+                        return_when=asyncio.FIRST_COMPLETED,
                     )
+                    if watch.watching and time.monotonic() >= tick:
+                        tick = time.monotonic() + PUSH_SECONDS
+                        live = await app[GENERATIONS].active(account)
+                        await send_generations(await watch.due(live))
                     if getter not in done:
-                        getter.cancel()
-                        break
-                    event = getter.result()
+                        if closed in done:
+                            getter.cancel()
+                            break
+                        continue
+                    event, getter = getter.result(), None
                     if event is CLOSE or event.get("event") == "_close":
                         break
                     if event.get("event") == "_logout":
@@ -431,8 +481,9 @@ async def events(request: web.Request) -> web.StreamResponse:
                         continue
                     name, data = event["event"], event["data"]
                     if name == "generation":
-                        data = view(data)
-                    elif (shown := app[EVENT_VIEWS].get(name)) is not None:
+                        await send_generations(await app[POSITIONS].views([data]))
+                        continue
+                    if (shown := app[EVENT_VIEWS].get(name)) is not None:
                         data = shown(data)
                     await send(name, data)
             except ConnectionResetError:  # the client left: the stream's normal end

@@ -71,6 +71,10 @@ def view(fields: Mapping[str, str]) -> dict[str, Any]:
         "finished_at": fields.get("finished_at"),
         "error": fields.get("error"),
         "works": json.loads(fields.get("works", "[]")),
+        "preset": fields.get("preset") or None,
+        # Filled in by positions.py for queued and running generations.
+        "queue_position": None,
+        "eta_seconds": None,
     }
     return out
 
@@ -126,7 +130,8 @@ class GenerationStore:
         self, account_id: str, gid: str, action: str, *extra: str
     ) -> tuple[str, dict[str, str]]:
         """Apply one transition; return its outcome and the generation after it."""
-        keys, args = [account_key(account_id)], [gid, action, iso(now()), *extra]
+        keys = [account_key(account_id), prefix(shard_of(account_id))]
+        args = [gid, action, iso(now()), *extra]
         if action == "progress":  # moves no money: no wait for replicas
             reply = await self._settle(keys=keys, args=args)
         else:

@@ -11,6 +11,7 @@ from .events import EventHub
 from .generations import GenerationStore
 from .ledger import Ledger
 from .media.store import MediaStore
+from .positions import Positions
 from .queue import JobQueue
 from .upstreams.registry import Upstreams
 from .works import WorkStore
@@ -22,6 +23,7 @@ MEDIA: Final = web.AppKey("media", MediaStore)
 EVENTS: Final = web.AppKey("events", EventHub)
 UPSTREAMS: Final = web.AppKey("upstreams", Upstreams)
 WORKS: Final = web.AppKey("works", WorkStore)
+POSITIONS: Final = web.AppKey("positions", Positions)
 # How an account's event stream shows each kind of event it relays, by name;
 # the concerns above the studio add their own ("order": payments).
 EVENT_VIEWS: Final = web.AppKey(

@@ -11,10 +11,13 @@ from ..api.errors import ApiError
 from ..api.payloads import json_response, read_json
 from ..api.query import bad_field, list_params, read_cursor
 from ..auth.sessions import SESSION
-from ..keys import SETTINGS
+from ..keys import REDIS, SETTINGS
 from ..limits.http import enforce
 from ..square.feed import SQUARE
+from .collections import COLLECTIONS, works_index
 from .keys import MEDIA, WORKS
+from .ledger import account_key
+from .search import read_query, walk, works_with
 from .works import WorkNotFound, mine_view
 
 MAX_REASON: Final = 500
@@ -53,10 +56,14 @@ async def _limit(request: web.Request, policy: str) -> None:
 
 async def list_works(request: web.Request) -> web.StreamResponse:
     """List my works, newest first; favorite=true keeps the ones I favorited."""
-    limit, cursor = list_params(request.query, frozenset({"favorite"}))
+    allowed = frozenset({"favorite", "q", "collection"})
+    limit, cursor = list_params(request.query, allowed)
     favorite = request.query.get("favorite", "false")
     if favorite not in ("true", "false"):
         raise bad_field("favorite")
+    words = read_query(request.query)
+    if words is not None or "collection" in request.query:
+        return await _found_works(request, limit, cursor, words, favorite == "true")
     items, last = await request.config_dict[WORKS].page(
         _me(request),
         before=read_cursor(cursor, "w"),
@@ -64,6 +71,34 @@ async def list_works(request: web.Request) -> web.StreamResponse:
         favorite_only=favorite == "true",
     )
     return json_response({"items": items, "next_cursor": f"w{last}" if last else None})
+
+
+async def _found_works(
+    request: web.Request,
+    limit: int,
+    cursor: str,
+    words: str | None,
+    favorite_only: bool,
+) -> web.StreamResponse:
+    """List my works holding `q`, or in a collection (most recently added first)."""
+    app, me = request.config_dict, _me(request)
+    index, mark = f"{account_key(me)}:works", "w"
+    if favorite_only:
+        index = f"{account_key(me)}:favs"
+    if (cid := request.query.get("collection")) is not None:
+        if not (cid.isascii() and cid.isalnum()) or not await app[COLLECTIONS].exists(
+            me, cid
+        ):
+            raise ApiError(404, "NOT_FOUND")
+        index, mark = works_index(me, cid), "c"
+    keep = works_with(app[REDIS], me, words, favorite_only=favorite_only)
+    wids, last = await walk(
+        app[REDIS], index, before=read_cursor(cursor, mark), limit=limit, keep=keep
+    )
+    items = await app[WORKS].views(me, wids)
+    return json_response(
+        {"items": items, "next_cursor": f"{mark}{last}" if last else None}
+    )
 
 
 async def get_work(request: web.Request) -> web.StreamResponse:
@@ -142,7 +177,9 @@ async def list_favorites(request: web.Request) -> web.StreamResponse:
 
 async def report(request: web.Request) -> web.StreamResponse:
     """Report a published work; enough distinct reporters take it off the square."""
-    body: dict[str, Any] = await read_json(request, required={"reason"})
+    body: dict[str, Any] = await read_json(
+        request, required={"reason"}, name_field=True
+    )
     await _limit(request, "report")
     reason = body["reason"]
     if not isinstance(reason, str) or not 1 <= len(reason.strip()) <= MAX_REASON:

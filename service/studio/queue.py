@@ -139,14 +139,15 @@ class JobQueue:
         slots); an idle worker waits for READY_CHANNEL instead.
         """
         found: list[tuple[str, str]] = []
+        planned = await self._oldest(count)
         start, self._next = self._next, (self._next + 1) % SHARDS
-        for step in range(SHARDS):
+        rotation = [(start + step) % SHARDS for step in range(SHARDS)]
+        for shard, most in [*planned.items(), *((s, count) for s in rotation)]:
             if len(found) >= count:
                 break
-            shard = (start + step) % SHARDS
             stream = f"{prefix(shard)}:stream"
             reply: Any = await self._redis.xreadgroup(
-                GROUP, consumer, {stream: ">"}, count=count - len(found)
+                GROUP, consumer, {stream: ">"}, count=min(most, count - len(found))
             )
             found += [
                 (_ref(shard, text(entry)), text(fields[b"g"]))
@@ -155,6 +156,25 @@ class JobQueue:
                 if fields
             ]
         return found
+
+    async def _oldest(self, count: int) -> dict[int, int]:
+        """Plan a read across shards: the `count` jobs waiting longest, per shard.
+
+        Each shard's line (`<prefix>:waiting`, scored by submit time) gives its
+        first `count`; the oldest of all decide how many each shard gives, so
+        jobs start in the order they were submitted whatever their shard.
+        """
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for shard in range(SHARDS):
+                pipe.zrange(f"{prefix(shard)}:waiting", 0, count - 1, withscores=True)
+            heads = await pipe.execute()
+        oldest = sorted(
+            (score, shard) for shard, line in enumerate(heads) for _, score in line
+        )[:count]
+        planned: dict[int, int] = {}
+        for _, shard in oldest:
+            planned[shard] = planned.get(shard, 0) + 1
+        return planned
 
     async def renew(self, consumer: str, refs: Sequence[str]) -> None:
         """Reset the idle time of running jobs: their lease."""

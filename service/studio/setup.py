@@ -11,14 +11,19 @@ from ..keys import REDIS, SETTINGS
 from ..limits.setup import report_limits
 from ..metrics import QUEUE_DEPTH
 from ..square.feed import SQUARE
+from .collections import setup_collection_routes
 from .context import embedded_worker_ctx, end_event_streams, studio_ctx
+from .daily import setup_daily_routes
 from .endpoints import ACCOUNT_LIMITED, setup_studio_routes
 from .generations import GenerationStore
-from .keys import EVENT_VIEWS, GENERATIONS, JOBS, LEDGER, WORKS
+from .keys import EVENT_VIEWS, GENERATIONS, JOBS, LEDGER, POSITIONS, WORKS
 from .ledger import Ledger
 from .library import LIBRARY_LIMITED, setup_library_routes
 from .media.serving import setup_media_routes
+from .positions import Positions
+from .presets import setup_preset_routes
 from .queue import JobQueue
+from .requeue import setup_requeue_routes
 from .works import WorkStore
 
 
@@ -35,6 +40,7 @@ async def stores_ctx(app: web.Application) -> AsyncIterator[None]:
     jobs = app[JOBS] = JobQueue(client)
     app[QUEUE_DEPTH] = jobs.depth
     app[WORKS] = WorkStore(client, app[SQUARE])
+    app[POSITIONS] = Positions(client)
     yield
 
 
@@ -44,6 +50,10 @@ def setup(app: web.Application) -> None:
     app[EVENT_VIEWS] = {}
     setup_studio_routes(app[API])
     setup_library_routes(app[API])
+    setup_preset_routes(app[API])
+    setup_collection_routes(app, app[API])
+    setup_daily_routes(app, app[API])
+    setup_requeue_routes(app[API])
     report_limits(app, ACCOUNT_LIMITED | LIBRARY_LIMITED)
     setup_media_routes(app)
     app.cleanup_ctx.extend([stores_ctx, studio_ctx, embedded_worker_ctx])

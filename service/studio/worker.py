@@ -29,6 +29,7 @@ from .generations import GenerationStore
 from .ledger import account_key, iso, now, text
 from .media.demo_art import thumbnail_webp, video_info, video_poster
 from .media.store import CONTENT_TYPES, MediaStore, new_key
+from .positions import Timings
 from .queue import CANCEL_CHANNEL, READY_CHANNEL, JobQueue
 from .upstreams.base import Output, Request, Upstream, UpstreamError
 from .upstreams.slots import UpstreamSlots
@@ -89,6 +90,7 @@ class Worker:
         self._models = {model.id: model for model in self.content.models}
         self._slots = asyncio.Semaphore(self.settings.worker_concurrency)
         self._last_renewal = 0.0
+        self._timings = Timings()
         in_flight = self.in_flight
         if in_flight is None:
             in_flight = {
@@ -216,6 +218,8 @@ class Worker:
         remaining = float(job["deadline"]) - time.time()
         started = time.monotonic()
         model = fields.get("model", "?")
+        if outcome == "STARTED":  # the estimates' windows (positions.py)
+            self._timings.started(time.time())
         try:
             async with asyncio.timeout(max(0.0, remaining)):
                 works, keys = await self._produce(account, gid, entry, fields)
@@ -241,6 +245,8 @@ class Worker:
             for key in keys:
                 await self.media.delete(key)
         self._timed(model, "succeeded" if outcome == "OK" else "discarded", started)
+        if outcome == "OK":
+            self._timings.ran(model, time.monotonic() - started)
         await self.queue.finish(gid, entry)
 
     async def _retired(self, account: str, gid: str) -> bool:
@@ -423,6 +429,7 @@ class Worker:
             await _sleep_or_stop(stop, JANITOR_SECONDS)
 
     async def _tidy(self) -> None:
+        await self._timings.flush(self.redis)
         lease = self.settings.visibility_timeout
         if time.monotonic() - self._last_renewal >= lease / 3:
             await self.queue.renew(self.consumer, list(self._running))

@@ -14,6 +14,7 @@ from ..square.feed import SquareStore, Work
 from .ledger import account_key, iso, now, text
 
 _SCRIPT: Final = (Path(__file__).parent / "lua" / "works.lua").read_text()
+_MARK: Final = (Path(__file__).parent / "lua" / "favmark.lua").read_text()
 # Fields of the stored record that no client sees.
 _PRIVATE: Final = frozenset({"media_key", "thumb_key", "hidden", "favorite"})
 
@@ -65,6 +66,7 @@ class WorkStore:
         self._redis = redis
         self._square = square
         self._script = redis.register_script(_SCRIPT)
+        self._mark = redis.register_script(_MARK)
 
     async def _run(self, owner: str, *args: str | int) -> list[Any]:
         reply = await self._script(keys=[account_key(owner)], args=list(args))
@@ -127,6 +129,7 @@ class WorkStore:
                 pipe.zrem(f"{fan_key}:favs", wid)
                 pipe.hdel(f"{fan_key}:favowner", wid)
                 pipe.hdel(f"{fan_key}:favat", wid)
+                pipe.hdel(f"{fan_key}:favver", wid)
             await pipe.execute()
         record: dict[str, Any] = json.loads(raw)
         return record
@@ -146,21 +149,12 @@ class WorkStore:
             if on:
                 raise
             count, change, listed = 0, 0, 0  # gone meanwhile: just forget it
-        mine = account_key(me)
-        if on:
-            sequence = await self._redis.hincrby(mine, "favseq", 1)
-            async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.zadd(f"{mine}:favs", {wid: sequence}, nx=True)
-                pipe.hset(f"{mine}:favowner", wid, owner)
-                # when, for "export my data"; a repeated favorite keeps the first
-                pipe.hsetnx(f"{mine}:favat", wid, iso(now()))
-                await pipe.execute()
-        else:
-            async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.zrem(f"{mine}:favs", wid)
-                pipe.hdel(f"{mine}:favowner", wid)
-                pipe.hdel(f"{mine}:favat", wid)
-                await pipe.execute()
+        # My side follows the owner's in its order (favmark.lua): racing
+        # requests of mine end with my list agreeing with the count.
+        await self._mark(
+            keys=[account_key(me)],
+            args=["1" if on else "0", wid, int(change) or "", owner, iso(now())],
+        )
         if int(listed):
             await self._square.set_favorites(wid, int(count), int(change))
 

@@ -1,8 +1,8 @@
 // The workbench's entry: header, views by URL fragment, and who listens to what.
-import { $, $$, toast } from './dom.js';
+import { $, $$, h, toast } from './dom.js';
 import { t, currentLang, setLang, onLang, formatNumber } from './i18n.js';
 import { get, describe } from './api.js';
-import { state, on, loadSession, loadModels, signOut } from './state.js';
+import { state, on, emit, loadSession, loadModels, signOut, modelName } from './state.js';
 import { openSignIn, requireSession } from './auth.js';
 import { Feed } from './feed.js';
 import { openViewer } from './viewer.js';
@@ -10,13 +10,17 @@ import { shown as createShown } from './create.js';
 import { showCredits, hideCredits } from './credits.js';
 import { showBuy, hideBuy } from './buy.js';
 import { showAccount, hideAccount, accountGone } from './account.js';
-import './jobs.js';
+import { statusText, tryAgain } from './jobs.js';
+import { shelf, loadCollections } from './collections.js';
+import './daily.js';
 
 const VIEWS = ['square', 'create', 'works', 'favorites', 'credits', 'buy', 'account'];
 const PRIVATE = new Set(['works', 'favorites', 'credits', 'buy', 'account']);
 // A private view that needs a sign-in now (the account view of a deleted account says more).
 const locked = (name) => PRIVATE.has(name) && !state.user && !(name === 'account' && accountGone());
 const square = { kind: '', sort: 'new' };
+// What My works shows: words its prompts hold (q), and one collection (or all).
+const library = { q: '' };
 
 function query(params) {
   const out = new URLSearchParams();
@@ -32,7 +36,7 @@ const feeds = {
   }),
   works: new Feed({
     grid: $('#works-grid'), status: $('#works-status'), sentinel: $('#works-more'), empty: 'works_empty',
-    load: (cursor) => get(`/works?${query({ limit: 24, cursor })}`),
+    load: (cursor) => get(`/works?${query({ limit: 24, cursor, q: library.q, collection: shelf.current })}`),
     open: openViewer,
   }),
   favorites: new Feed({
@@ -66,6 +70,7 @@ function route(moveFocus = true) {
     if (changed && state.ready) requireSession(() => route(false));
   } else if (feeds[name]) {
     feeds[name].show();
+    if (name === 'works') loadCollections();
   } else if (name === 'credits') {
     showCredits();
   } else if (name === 'buy') {
@@ -118,6 +123,10 @@ for (const input of $$('#view-square input[type=radio]')) {
 
 on('user', () => {
   renderUser();
+  library.q = '';
+  $('#works-q').value = '';
+  $('#works-q-clear').hidden = true;
+  $('#works-jobs-section').hidden = true;
   feeds.works.clear();
   feeds.favorites.clear();
   if (state.ready) route(false);
@@ -130,14 +139,85 @@ on('favorites-stale', () => { feeds.favorites.stale = true; });
 on('square-stale', () => { feeds.square.stale = true; });
 onLang(() => {
   renderBalance();
+  if (library.q) findJobs();
   for (const feed of Object.values(feeds)) feed.redraw();
   if (locked(view)) $(`#${view}-status`).textContent = t('signin_needed');
 });
 addEventListener('hashchange', () => route());
 
+// My works: a search over its works and my jobs; a collection narrows the works.
+const found = $('#works-jobs');
+function reloadWorks() {
+  const works = feeds.works;
+  works.collection = shelf.current;
+  works.empty = library.q ? 'search_empty' : shelf.current ? 'collection_empty' : 'works_empty';
+  works.stale = true;
+  if (view === 'works' && state.user) works.reset();
+}
+
+async function findJobs() {
+  const section = $('#works-jobs-section');
+  section.hidden = !library.q;
+  found.replaceChildren();
+  if (!library.q) return;
+  const status = $('#works-jobs-status');
+  status.textContent = t('loading');
+  try {
+    const page = await get(`/generations?${query({ q: library.q, limit: 20 })}`);
+    found.replaceChildren(...page.items.map((g) => h('li', { class: 'job', dataset: { id: g.id, status: g.status } },
+      h('div', { class: 'job-head' },
+        h('span', { class: 'job-model', text: modelName(g.model) }),
+        h('span', { class: 'job-status', text: statusText(g) })),
+      h('p', { class: 'job-prompt', text: g.prompt }),
+      ['failed', 'canceled'].includes(g.status)
+        ? h('button', { type: 'button', class: 'job-retry', text: t('try_again'), on: { click: (e) => tryAgain(g, e.currentTarget) } })
+        : null,
+      h('p', { class: 'error', role: 'alert' }))));
+    status.textContent = page.items.length ? '' : t('search_no_jobs');
+  } catch (error) {
+    status.textContent = describe(error);
+  }
+}
+
+$('#works-search').addEventListener('submit', (event) => {
+  event.preventDefault();
+  library.q = $('#works-q').value.trim().slice(0, 100);
+  $('#works-q-clear').hidden = !library.q;
+  reloadWorks();
+  findJobs();
+});
+$('#works-q-clear').addEventListener('click', () => {
+  $('#works-q').value = '';
+  library.q = '';
+  $('#works-q-clear').hidden = true;
+  reloadWorks();
+  findJobs();
+  $('#works-q').focus();
+});
+on('collection-chosen', reloadWorks);
+
+// A work's own page links "Use this prompt" here as #use=<id>: Create, filled in.
+const USE = /^#use=([A-Za-z0-9]{1,64})$/;
+async function useFromSquare(id, models) {
+  try {
+    const work = await get(`/square/${id}`);
+    await models;
+    emit('prefill', { model: work.model, prompt: work.prompt, size: `${work.width}x${work.height}` });
+    createShown();
+    toast(t('toast_prompt'));
+  } catch (error) {
+    toast(describe(error));
+  }
+}
+
 async function boot() {
   renderUser();
   const models = loadModels().catch((error) => toast(describe(error)));
+  const use = USE.exec(location.hash);
+  if (use) {
+    history.replaceState(null, '', '#create');
+    useFromSquare(use[1], models);
+  }
   try {
     await loadSession();
   } catch (error) {

@@ -1,7 +1,7 @@
 // The create form: model, prompt, options, a reference image, the price, submit.
 import { $, h, toast, randomKey } from './dom.js';
-import { t, formatNumber, onLang } from './i18n.js';
-import { api, describe } from './api.js';
+import { t, formatNumber, onLang, currentLang } from './i18n.js';
+import { api, get, describe } from './api.js';
 import { state, on, setBalance, modelById } from './state.js';
 import { requireSession, openSignIn } from './auth.js';
 import { upsert } from './jobs.js';
@@ -24,6 +24,9 @@ let reference = null;
 // One Idempotency-Key per request body: a retry after a lost answer reuses it.
 let attempt = null;
 let sending = false;
+// The style presets (GET /api/presets, in the page's language) and the one chosen.
+let presets = [];
+let preset = null;
 
 const model = () => modelById(modelSelect.value);
 /** Whether the model takes an optional field (`/api/models` lists them). */
@@ -98,6 +101,7 @@ function body() {
   if (takes(m, 'negative_prompt') && negative.value.trim()) out.negative_prompt = negative.value.trim();
   if (takes(m, 'seed') && seed.value.trim() !== '') out.seed = Number(seed.value);
   if (reference?.status === 'ready' && m.accepts_reference) out.reference = reference.id;
+  if (preset) out.preset = preset;
   return out;
 }
 
@@ -225,6 +229,7 @@ on('prefill', (fields) => {
     seed.value = String(fields.seed);
     form.querySelector('details').open = true;
   }
+  if ('preset' in fields) choosePreset(presets.some((p) => p.id === fields.preset) ? fields.preset : null);
   if (fields.reference) {
     clearReference();
     reference = { id: fields.reference, status: 'ready', kept: true };
@@ -244,7 +249,35 @@ export function shown() {
   return true;
 }
 
+async function loadPresets() {
+  try {
+    presets = (await get(`/presets?lang=${currentLang()}`)).presets;
+  } catch {
+    presets = []; // no chips: the form works without them
+  }
+  renderPresets();
+}
+
+function renderPresets() {
+  if (!presets.some((p) => p.id === preset)) preset = null;
+  $('#c-presets').replaceChildren(...presets.map((p) => h('button', {
+    type: 'button', class: 'chip', text: p.name, dataset: { preset: p.id },
+    on: { click: () => choosePreset(preset === p.id ? null : p.id) },
+  })));
+  $('#c-presets-field').hidden = presets.length === 0;
+  choosePreset(preset);
+}
+
+/** Press one chip (or none); the hint says what it adds to the prompt. */
+function choosePreset(id) {
+  preset = id;
+  for (const chip of $('#c-presets').children) chip.setAttribute('aria-pressed', String(chip.dataset.preset === id));
+  const chosen = presets.find((p) => p.id === id);
+  $('#c-preset-hint').textContent = chosen ? t('preset_adds', { suffix: chosen.prompt_suffix }) : '';
+}
+
 on('models', renderModels);
+loadPresets();
 on('user', () => { errorBox.textContent = ''; update(); });
 on('balance', update);
-onLang(() => { if (state.models.length) renderModels(); if (reference) showReference(reference); });
+onLang(() => { if (state.models.length) renderModels(); if (reference) showReference(reference); loadPresets(); });

@@ -37,3 +37,12 @@ export function randomKey() {
   const bytes = crypto.getRandomValues(new Uint8Array(16));
   return [...bytes].map((b) => b.toString(16).padStart(2, '0')).join('');
 }
+
+/** Ask in the confirm dialog; resolves true for "yes". */
+export function ask(text) {
+  const confirm = $('#confirm');
+  $('#confirm-text').textContent = text;
+  confirm.returnValue = '';
+  confirm.showModal();
+  return new Promise((resolve) => confirm.addEventListener('close', () => resolve(confirm.returnValue === 'yes'), { once: true }));
+}

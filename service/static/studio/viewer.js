@@ -1,9 +1,10 @@
 // One work at a time, large: arrows step through the list it came from, Esc closes.
-import { $, h, toast } from './dom.js';
+import { $, h, toast, ask } from './dom.js';
 import { t, formatDate, formatNumber, onLang } from './i18n.js';
 import { api, get, describe } from './api.js';
 import { state, emit, modelName } from './state.js';
 import { requireSession } from './auth.js';
+import { shelf, currentCollection, keep } from './collections.js';
 
 const dialog = $('#viewer');
 const media = $('#v-media');
@@ -93,6 +94,7 @@ function renderActions(work) {
       on: { click: (e) => publish(e.currentTarget, !work.published_at) },
     }));
     buttons.push(h('a', { href: work.media_url, download: fileName(work), text: t('download'), dataset: { action: 'download' } }));
+    buttons.push(...collectionActions(work));
     buttons.push(h('button', { type: 'button', class: 'danger', text: t('delete'), dataset: { action: 'delete' }, on: { click: () => remove(work) } }));
   }
   if (work.published_at) buttons.push(h('a', { href: `/square/${encodeURIComponent(work.id)}`, text: t('open_page'), dataset: { action: 'page' } }));
@@ -100,6 +102,45 @@ function renderActions(work) {
   const again = focused && [...actions.children].find((el) => el.dataset.action === focused);
   if (again) again.focus();
   else if (focused) dialog.focus();
+}
+
+/** Add to one of my collections (a choice and a button); take out of the one shown. */
+function collectionActions(work) {
+  const out = [];
+  if (shelf.items.length) {
+    const pick = h('select', { 'aria-label': t('collection_pick'), dataset: { action: 'pick' } },
+      shelf.items.map((c) => h('option', { value: c.id, text: c.name })));
+    out.push(h('span', { class: 'keep' }, pick, h('button', {
+      type: 'button', text: t('add_to_collection'), dataset: { action: 'keep' },
+      on: { click: () => intoCollection(work, shelf.items.find((c) => c.id === pick.value), true) },
+    })));
+  }
+  const shown = currentCollection();
+  if (shown && list?.collection === shown.id) {
+    out.push(h('button', {
+      type: 'button', text: t('remove_from_collection', { name: shown.name }), dataset: { action: 'unkeep' },
+      on: { click: () => intoCollection(work, shown, false) },
+    }));
+  }
+  return out;
+}
+
+async function intoCollection(work, collection, into) {
+  if (!collection) return;
+  try {
+    await keep(collection, work.id, into);
+    toast(t(into ? 'toast_added' : 'toast_removed_from', { name: collection.name }));
+    if (!into) drop(work); else renderActions(work);
+  } catch (error) {
+    errorBox.textContent = describe(error);
+  }
+}
+
+/** The work left the list shown (deleted, or taken out of it): show the next one. */
+function drop(work) {
+  list.remove(work.id);
+  if (index >= list.items.length) index = list.items.length - 1;
+  if (index < 0) dialog.close(); else render();
 }
 
 function fileName(work) {
@@ -145,26 +186,19 @@ async function publish(button, on) {
 }
 
 async function remove(work) {
-  const confirm = $('#confirm');
-  $('#confirm-text').textContent = t('confirm_delete');
-  confirm.returnValue = '';
-  confirm.showModal();
-  const answer = await new Promise((resolve) => confirm.addEventListener('close', () => resolve(confirm.returnValue), { once: true }));
-  if (answer !== 'yes') return;
+  if (!(await ask(t('confirm_delete')))) return;
   try {
     await api('DELETE', `/works/${encodeURIComponent(work.id)}`);
-    list.remove(work.id);
+    drop(work);
     emit('work-removed', work.id);
     toast(t('toast_deleted'));
-    if (index >= list.items.length) index = list.items.length - 1;
-    if (index < 0) dialog.close(); else render();
   } catch (error) {
     errorBox.textContent = describe(error);
   }
 }
 
 function usePrompt(work) {
-  emit('prefill', { model: work.model, prompt: work.prompt });
+  emit('prefill', { model: work.model, prompt: work.prompt, size: `${work.width}x${work.height}` });
   dialog.close();
   location.hash = '#create';
   toast(t('toast_prompt'));

@@ -11,6 +11,7 @@ if action == 'finish' then
     redis.call('XDEL', Q .. ':stream', entry)
   end
   redis.call('ZREM', Q .. ':deadlines', gid)
+  redis.call('ZREM', Q .. ':waiting', gid)
   return redis.call('DEL', job)
 end
 return redis.error_reply('ERR queue: unknown action')

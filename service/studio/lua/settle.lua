@@ -10,6 +10,14 @@ local key = gen_key(gid)
 local status = redis.call('HGET', key, 'status')
 if not status then return {'NOT_FOUND'} end
 local live = status == 'queued' or status == 'running'
+-- `cancel queued` (cancel all queued) leaves a job that has started alone.
+if action == 'cancel' and ARGV[4] == 'queued' and status ~= 'queued' then
+  return {'NOT_CANCELABLE', redis.call('HGETALL', key)}
+end
+-- A job leaving the line (KEYS[2]: its queue shard) no longer counts ahead of others.
+if KEYS[2] and status == 'queued' and action ~= 'progress' then
+  redis.call('ZREM', KEYS[2] .. ':waiting', gid)
+end
 
 if action == 'start' then
   if status == 'queued' then

@@ -41,6 +41,13 @@ local stream_entry = redis.call('XADD', Q .. ':stream', '*', 'g', gid)
 redis.call('HSET', Q .. ':job:' .. gid, 'account', string.match(P, '{(.-)}'),
            'deadline', deadline, 'entry', stream_entry)
 redis.call('ZADD', Q .. ':deadlines', deadline, gid)
+-- Its place in line: the server's clock in microseconds, unique within the
+-- shard, so every shard can count the jobs queued before it (positions.py).
+local t, last = redis.call('TIME'), redis.call('ZREVRANGE', Q .. ':waiting', 0, 0, 'WITHSCORES')
+local queued_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if last[2] and queued_us <= tonumber(last[2]) then queued_us = tonumber(last[2]) + 1 end
+redis.call('ZADD', Q .. ':waiting', queued_us, gid)
+redis.call('HSET', key, 'queued_us', string.format('%d', queued_us))
 redis.call('PUBLISH', 'studio:jobs:ready', '')  -- wakes idle workers
 publish('credits', {balance = balance()})
 return {'OK', gen_event(gid)}

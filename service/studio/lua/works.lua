@@ -29,7 +29,11 @@ end
 if action == 'delete' then
   -- Returns the work (for its media) and who favorited it (their lists shrink).
   local fans = redis.call('SMEMBERS', FANS)
-  redis.call('DEL', key, FANS, REPORTS)
+  -- out of every collection it was in (collections.lua)
+  for _, cid in ipairs(redis.call('SMEMBERS', key .. ':cols')) do
+    redis.call('ZREM', P .. ':col:' .. cid .. ':works', wid)
+  end
+  redis.call('DEL', key, FANS, REPORTS, key .. ':cols')
   redis.call('ZREM', P .. ':works', wid)
   return {'OK', raw, fans}
 end
