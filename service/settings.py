@@ -104,6 +104,16 @@ class MediaS3Settings:
 
 
 @dataclass(frozen=True, slots=True)
+class ModerationSettings:
+    """Content safety (CONTRACT §11): the log's keeping, the list's reading."""
+
+    # Days a moderation log record is kept before its day is dropped.
+    log_days: int = 180
+    # Seconds between looks at content/moderation/blocked.txt for changes.
+    reload_seconds: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
 class WorkbenchSettings:
     """Generations, media and workers (CONTRACT §6, §7)."""
 
@@ -124,6 +134,8 @@ class WorkbenchSettings:
     upstreams: dict[str, UpstreamSettings] = field(default_factory=dict, hash=False)
     # The bucket media live in; None: the directory media_dir.
     media_s3: MediaS3Settings | None = None
+    # The workers log upstreams' refusals too.
+    moderation: ModerationSettings = ModerationSettings()
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +316,10 @@ def _build(raw: Mapping[str, Any]) -> Settings:
             hide_after_reports=_integer(raw, "square.hide_after_reports", 1, 1000),
             square_read_budget=_number(raw, "square.read_budget", 0.01, 5.0),
             upstreams=_upstreams(raw),
+            moderation=ModerationSettings(
+                log_days=_integer(raw, "moderation.log_days", 180, 3650),
+                reload_seconds=_number(raw, "moderation.reload_seconds", 0.1, 60.0),
+            ),
         ),
         payments=_payments(raw),
         limits=_policies(raw),

@@ -32,6 +32,7 @@ from ..content import Model
 from ..keys import CLOCK, CONTENT, SETTINGS
 from ..limits.http import enforce
 from ..metrics import METRICS
+from ..moderation.prompts import MODERATION
 from ..web.hardening import BAD_DISPOSITION
 from ..web.keys import SECURITY
 from .events import CLOSE
@@ -199,6 +200,8 @@ async def submit(request: web.Request) -> web.StreamResponse:
     if idempotency and (seen := await store.remembered(account, idempotency)):
         return await _replay(request, account, seen, body_hash)
     model, fields = await _fields(request, body)
+    texts = {name: str(fields[name]) for name in ("prompt", "negative_prompt")}
+    await app[MODERATION].screen(texts, source="prompt", account=account)
     gid = secrets.token_hex(10)
     deadline = time.time() + (
         settings.video_deadline if model.kind == "video" else settings.image_deadline

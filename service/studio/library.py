@@ -13,6 +13,7 @@ from ..api.query import bad_field, list_params, read_cursor
 from ..auth.sessions import SESSION
 from ..keys import SETTINGS
 from ..limits.http import enforce
+from ..moderation.prompts import MODERATION
 from ..square.feed import SQUARE
 from .keys import MEDIA, WORKS
 from .works import WorkNotFound, mine_view
@@ -95,8 +96,12 @@ async def delete_work(request: web.Request) -> web.StreamResponse:
 async def publish(request: web.Request) -> web.StreamResponse:
     """Publish my work: first in the square, with nothing about me."""
     await _limit(request, "write")
+    app, me, wid = request.config_dict, _me(request), _wid(request)
+    if owned := await app[WORKS].owned(me, wid):  # the list may have grown since
+        prompt = {"prompt": owned.record["prompt"]}
+        await app[MODERATION].screen(prompt, source="publish", account=me, work=wid)
     try:
-        work = await request.config_dict[WORKS].publish(_me(request), _wid(request))
+        work = await app[WORKS].publish(me, wid)
     except WorkNotFound:
         raise ApiError(404, "NOT_FOUND") from None
     return json_response(work)
