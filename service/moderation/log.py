@@ -10,7 +10,7 @@ only ever appended to (XADD); nothing edits or deletes a record before then.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Final
 
@@ -42,6 +42,18 @@ class Record:
     # The field refused, a report's category, an operator's note.
     field: str = ""
     note: str = ""
+
+
+def upstream_refusal(account: str, generation: Mapping[str, str]) -> Record:
+    """Describe a generation an upstream refused for its content."""
+    return Record(
+        source="upstream",
+        verdict="blocked",
+        account=account,
+        generation=generation.get("id", ""),
+        rule=f"{generation.get('model', '')}: CONTENT_BLOCKED",
+        text=generation.get("prompt", ""),
+    )
 
 
 def day_key(day: dt.date) -> str:

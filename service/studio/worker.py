@@ -22,6 +22,7 @@ from redis.exceptions import RedisError
 from ..clock import Clock, midnight, utc_now
 from ..content import Content, Model
 from ..metrics import Metrics
+from ..moderation.log import ModerationLog, upstream_refusal
 from ..settings import WorkbenchSettings
 from ..store.connect import STORE_ERRORS
 from ..store.pubsub import Subscriber
@@ -84,6 +85,8 @@ class Worker:
     def __post_init__(self) -> None:
         self.queue = JobQueue(self.redis)
         self.generations = GenerationStore(self.redis, self.wait_replicas)
+        days = self.settings.moderation.log_days
+        self.moderation_log = ModerationLog(self.redis, days, self.clock)
         self._ready = asyncio.Event()  # READY_CHANNEL rang: a job may be waiting
         self._running: dict[str, _Running] = {}
         self._models = {model.id: model for model in self.content.models}
@@ -280,6 +283,8 @@ class Worker:
         outcome, fields = await self.generations.settle(account, gid, "fail", code)
         if outcome == "OK":
             self.metrics.credits.labels("refunded").inc(int(fields["credits"]))
+            if code == "CONTENT_BLOCKED":  # the upstream's own refusal
+                await self.moderation_log.append(upstream_refusal(account, fields))
         if started is not None:
             self._timed(model, "failed", started)
         await self.queue.finish(gid, entry)
