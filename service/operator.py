@@ -14,7 +14,7 @@ from .account.operator import add_account_command, run_account
 from .auth.accounts import AccountStore
 from .auth.identity import Keyring
 from .auth.sessions import SessionStore
-from .moderation.operator import add_moderation_command, run_moderation
+from .moderation.operator import add_moderation_commands, run_moderation
 from .payments.operator import add_payments_command, run_payments
 from .settings import Settings, SettingsError, variable
 from .square.feed import SquareStore
@@ -47,7 +47,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     add_payments_command(commands)
     add_account_command(commands)
-    add_moderation_command(commands)
+    add_moderation_commands(commands)
     keys = commands.add_parser("keys", help="after a STUDIO_SECRET_KEY rotation")
     keys.add_subparsers(dest="keys_command", required=True).add_parser(
         "refile", help="file every account's address under the current key"
@@ -76,7 +76,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
             return await run_payments(args, settings, redis)
         if args.command == "account":
             return await run_account(args, settings, redis)
-        if args.command == "moderation":
+        if args.command in ("moderation", "accounts"):
             find = functools.partial(_account_id, redis, settings)
             return await run_moderation(args, settings, redis, find)
         return await _grant(redis, settings, args.email, args.amount, args.note)

@@ -1,4 +1,4 @@
-"""`studio moderation log|test`: the log and the list's verdict, from a shell."""
+"""`studio moderation|accounts|reports`: content safety's commands, from a shell."""
 
 from __future__ import annotations
 
@@ -11,8 +11,11 @@ from typing import Any, Final
 
 from redis.asyncio import Redis
 
-from ..settings import Settings
+from ..account.deletion import DeletionStore
+from ..settings import Settings, SettingsError
+from ..studio.media.chosen import opened_media_store
 from .log import ModerationLog
+from .sanctions import Sanctions
 from .setup import moderation_for
 
 OK: Final = 0
@@ -28,10 +31,16 @@ def _date(text: str) -> dt.date:
         raise argparse.ArgumentTypeError("must be a date, YYYY-MM-DD") from None
 
 
-def add_moderation_command(
+def _days(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 36500:
+        raise argparse.ArgumentTypeError("must be a whole number of days, 1-36500")
+    return int(text)
+
+
+def add_moderation_commands(
     commands: argparse._SubParsersAction[argparse.ArgumentParser],
 ) -> None:
-    """Declare `moderation log [--since DATE] [--account EMAIL]` and `test TEXT`."""
+    """Declare `moderation log|test` and `accounts suspend|restore`."""
     moderation = commands.add_parser("moderation", help="the moderation log and list")
     actions = moderation.add_subparsers(dest="moderation_command", required=True)
     log = actions.add_parser("log", help="print the log's records as JSON lines")
@@ -39,6 +48,15 @@ def add_moderation_command(
     log.add_argument("--account", help="only the records of this address")
     test = actions.add_parser("test", help="the verdict on a text; exit 1 if refused")
     test.add_argument("text")
+    accounts = commands.add_parser("accounts", help="suspend or restore an account")
+    sanction = accounts.add_subparsers(dest="accounts_command", required=True)
+    suspend = sanction.add_parser(
+        "suspend", help="end its sessions, jobs and square presence; refuse sign-in"
+    )
+    suspend.add_argument("email")
+    suspend.add_argument("--reason", required=True, help="why (kept in the log)")
+    suspend.add_argument("--days", type=_days, help="lapses after N days")
+    sanction.add_parser("restore", help="lift a suspension").add_argument("email")
 
 
 def _print(line: dict[str, Any]) -> None:
@@ -48,8 +66,10 @@ def _print(line: dict[str, Any]) -> None:
 async def run_moderation(
     args: argparse.Namespace, settings: Settings, redis: Redis, find: FindAccount
 ) -> int:
-    """Carry out a `moderation` command."""
+    """Carry out a `moderation` or `accounts` command."""
     log = ModerationLog(redis, settings.workbench.moderation.log_days)
+    if args.command == "accounts":
+        return await _accounts(args, settings, redis, log)
     if args.moderation_command == "test":
         found = moderation_for(settings, log).verdict(args.text)
         _print(
@@ -68,4 +88,37 @@ async def run_moderation(
             return REFUSED
     async for record in log.read(args.since, account):
         _print(record)
+    return OK
+
+
+def _refuse(message: str) -> int:
+    print(f"studio: {message}", file=sys.stderr)
+    return REFUSED
+
+
+async def _accounts(
+    args: argparse.Namespace, settings: Settings, redis: Redis, log: ModerationLog
+) -> int:
+    if not settings.secret_key:
+        raise SettingsError("STUDIO_SECRET_KEY: required")
+    media = await opened_media_store(settings.workbench)
+    deletions = DeletionStore.build(redis, settings, media)
+    email = args.email.strip().lower()
+    account_id = await deletions.accounts.find(email)
+    if account_id is None:
+        return _refuse(f"no account for {email}")
+    sanctions = Sanctions(redis, deletions, log)
+    if args.accounts_command == "restore":
+        if not await sanctions.restore(account_id):
+            return _refuse(f"{email} is not suspended")
+        print(f"{account_id} restored")
+        return OK
+    done = await sanctions.suspend(
+        account_id, args.reason, args.days, source="operator"
+    )
+    print(
+        f"{account_id} suspended until {done.until or 'restored'}: {done.sessions}"
+        f" sessions ended, {done.generations} generations canceled and refunded,"
+        f" {done.works} works off the square"
+    )
     return OK
