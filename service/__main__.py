@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
             work(settings)
         elif args.command in (
             "works", "credits", "sessions", "keys", "payments", "account",
-            "moderation", "accounts",
+            "moderation", "accounts", "reports",
         ):  # fmt: skip
             return asyncio.run(operator.run(args, settings))
         else:

@@ -76,7 +76,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
             return await run_payments(args, settings, redis)
         if args.command == "account":
             return await run_account(args, settings, redis)
-        if args.command in ("moderation", "accounts"):
+        if args.command in ("moderation", "accounts", "reports"):
             find = functools.partial(_account_id, redis, settings)
             return await run_moderation(args, settings, redis, find)
         return await _grant(redis, settings, args.email, args.amount, args.note)

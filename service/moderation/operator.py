@@ -13,8 +13,11 @@ from redis.asyncio import Redis
 
 from ..account.deletion import DeletionStore
 from ..settings import Settings, SettingsError
+from ..square.feed import SquareStore
 from ..studio.media.chosen import opened_media_store
+from ..studio.works import WorkStore
 from .log import ModerationLog
+from .reports import AlreadyDecided, ReportNotFound, ReportStore
 from .sanctions import Sanctions
 from .setup import moderation_for
 
@@ -40,7 +43,7 @@ def _days(text: str) -> int:
 def add_moderation_commands(
     commands: argparse._SubParsersAction[argparse.ArgumentParser],
 ) -> None:
-    """Declare `moderation log|test` and `accounts suspend|restore`."""
+    """Declare `moderation log|test`, `accounts suspend|restore`, `reports`."""
     moderation = commands.add_parser("moderation", help="the moderation log and list")
     actions = moderation.add_subparsers(dest="moderation_command", required=True)
     log = actions.add_parser("log", help="print the log's records as JSON lines")
@@ -57,6 +60,14 @@ def add_moderation_commands(
     suspend.add_argument("--reason", required=True, help="why (kept in the log)")
     suspend.add_argument("--days", type=_days, help="lapses after N days")
     sanction.add_parser("restore", help="lift a suspension").add_argument("email")
+    reports = commands.add_parser("reports", help="the queue of complaints")
+    queue = reports.add_subparsers(dest="reports_command", required=True)
+    listing = queue.add_parser("list", help="print reports as JSON lines, oldest first")
+    listing.add_argument("--open", action="store_true", help="only undecided ones")
+    resolve = queue.add_parser("resolve", help="decide a report")
+    resolve.add_argument("report_id")
+    resolve.add_argument("decision", choices=("keep", "remove", "suspend"))
+    resolve.add_argument("--note", default="", help="why (kept in the log)")
 
 
 def _print(line: dict[str, Any]) -> None:
@@ -70,6 +81,8 @@ async def run_moderation(
     log = ModerationLog(redis, settings.workbench.moderation.log_days)
     if args.command == "accounts":
         return await _accounts(args, settings, redis, log)
+    if args.command == "reports":
+        return await _reports(args, settings, redis, log)
     if args.moderation_command == "test":
         found = moderation_for(settings, log).verdict(args.text)
         _print(
@@ -96,13 +109,40 @@ def _refuse(message: str) -> int:
     return REFUSED
 
 
-async def _accounts(
-    args: argparse.Namespace, settings: Settings, redis: Redis, log: ModerationLog
-) -> int:
+async def _deletions(settings: Settings, redis: Redis) -> DeletionStore:
+    """The stores a suspension acts through, with the service's own keys."""
     if not settings.secret_key:
         raise SettingsError("STUDIO_SECRET_KEY: required")
     media = await opened_media_store(settings.workbench)
-    deletions = DeletionStore.build(redis, settings, media)
+    return DeletionStore.build(redis, settings, media)
+
+
+async def _reports(
+    args: argparse.Namespace, settings: Settings, redis: Redis, log: ModerationLog
+) -> int:
+    store = ReportStore(redis, log)
+    if args.reports_command == "list":
+        async for report in store.listed(open_only=args.open):
+            _print(report)
+        return OK
+    sanctions = Sanctions(redis, await _deletions(settings, redis), log)
+    works = WorkStore(redis, SquareStore(redis))
+    try:
+        done = await store.decide(
+            args.report_id, args.decision, args.note, works, sanctions
+        )
+    except ReportNotFound:
+        return _refuse(f"no report {args.report_id}")
+    except AlreadyDecided:
+        return _refuse(f"report {args.report_id} was decided before")
+    print(f"{done['id']} decided: {done['decision']} (work {done['work']})")
+    return OK
+
+
+async def _accounts(
+    args: argparse.Namespace, settings: Settings, redis: Redis, log: ModerationLog
+) -> int:
+    deletions = await _deletions(settings, redis)
     email = args.email.strip().lower()
     account_id = await deletions.accounts.find(email)
     if account_id is None:

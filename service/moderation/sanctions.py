@@ -13,6 +13,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
+from redis.typing import EncodableT, FieldT
 
 from ..account.deletion import DeletionStore
 from ..auth.sessions import SessionStore
@@ -55,12 +56,12 @@ class Sanctions:
         moment = now()
         until = iso(moment + dt.timedelta(days=days)) if days else None
         key = suspension_key(account_id)
-        mark: dict[str | bytes, str] = {"at": iso(moment), "reason": reason}
+        mark: dict[FieldT, EncodableT] = {"at": iso(moment), "reason": reason}
         if until:
             mark["until"] = until
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.delete(key)
-            pipe.hset(key, mapping=mark)  # type: ignore[arg-type]
+            pipe.hset(key, mapping=mark)
             if days:
                 pipe.expire(key, days * 86400)
             await pipe.execute()

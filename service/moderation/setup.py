@@ -1,4 +1,4 @@
-"""Content safety's resources and routes: the word list, its watcher, the log."""
+"""Content safety's resources and routes: the word list, the log, reports."""
 
 from __future__ import annotations
 
@@ -8,11 +8,15 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from ..api.boundary import API
 from ..content import CONTENT_DIR
 from ..keys import CLOCK, REDIS, SETTINGS
+from ..limits.http import RouteLimit
+from ..limits.setup import limit_routes
 from ..settings import Settings
 from .log import ModerationLog
 from .prompts import MODERATION, Moderation
+from .reports import REPORTS, ReportStore, report_square_work
 from .wordlist import WatchedList, list_path
 
 
@@ -28,6 +32,7 @@ async def moderation_ctx(app: web.Application) -> AsyncIterator[None]:
     options = settings.workbench.moderation
     log = ModerationLog(app[REDIS], options.log_days, app[CLOCK])
     moderation = app[MODERATION] = moderation_for(settings, log)
+    app[REPORTS] = ReportStore(app[REDIS], log)
     watcher = asyncio.create_task(
         moderation.words.watch(options.reload_seconds), name="moderation-list"
     )
@@ -38,5 +43,10 @@ async def moderation_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 def setup(app: web.Application) -> None:
-    """Register content safety's resources."""
+    """Register content safety's resources and the report route, limited per IP."""
+    gallery = app[SETTINGS].limits["gallery"]  # as the square is browsed
+    limit_routes(app, {"square_report": RouteLimit((gallery,), fail_open=False)})
+    app[API].add_routes(
+        [web.post("/square/{work_id}/report", report_square_work, name="square_report")]
+    )
     app.cleanup_ctx.append(moderation_ctx)

@@ -16,7 +16,7 @@ from ..limits.http import enforce
 from ..moderation.prompts import MODERATION
 from ..square.feed import SQUARE
 from .keys import MEDIA, WORKS
-from .works import WorkNotFound, mine_view
+from .works import WorkNotFound, WorkRemoved, mine_view
 
 MAX_REASON: Final = 500
 # Routes whose handlers charge a per-account write limit.
@@ -104,6 +104,8 @@ async def publish(request: web.Request) -> web.StreamResponse:
         work = await app[WORKS].publish(me, wid)
     except WorkNotFound:
         raise ApiError(404, "NOT_FOUND") from None
+    except WorkRemoved:
+        raise ApiError(409, "WORK_REMOVED") from None
     return json_response(work)
 
 
