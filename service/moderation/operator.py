@@ -84,15 +84,22 @@ async def run_moderation(
     if args.command == "reports":
         return await _reports(args, settings, redis, log)
     if args.moderation_command == "test":
-        found = moderation_for(settings, log).verdict(args.text)
+        moderation = moderation_for(settings, log)
+        found = moderation.verdict(args.text)
+        said = (
+            await moderation.provider.text(args.text) if moderation.provider else None
+        )
+        blocked = found is not None or (said is not None and said.blocked)
         _print(
             {
-                "verdict": "blocked" if found else "allowed",
+                "verdict": "blocked" if blocked else "allowed",
                 "list": found.term if found else None,
-                "provider": None,
+                "provider": None
+                if said is None
+                else {"blocked": said.blocked, "label": said.label},
             }
         )
-        return REFUSED if found else OK
+        return REFUSED if blocked else OK
     account = None
     if args.account:
         account = await find(args.account)

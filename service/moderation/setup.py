@@ -16,6 +16,7 @@ from ..limits.setup import limit_routes
 from ..settings import Settings
 from .log import ModerationLog
 from .prompts import MODERATION, Moderation
+from .providers.chosen import provider_for
 from .reports import REPORTS, ReportStore, report_square_work
 from .wordlist import WatchedList, list_path
 
@@ -23,7 +24,13 @@ from .wordlist import WatchedList, list_path
 def moderation_for(settings: Settings, log: ModerationLog) -> Moderation:
     """Read the list the settings name (the operator's content, or the packaged one)."""
     path = list_path(settings.content_dir or CONTENT_DIR)
-    return Moderation(words=WatchedList(path), log=log)
+    options = settings.workbench.moderation
+    return Moderation(
+        words=WatchedList(path),
+        log=log,
+        provider=provider_for(options),
+        timeout=options.timeout,
+    )
 
 
 async def moderation_ctx(app: web.Application) -> AsyncIterator[None]:

@@ -334,6 +334,7 @@ async def upload(request: web.Request) -> web.StreamResponse:
         info = await loop.run_in_executor(None, inspect_image, data)
     except InvalidImage:
         raise ApiError(400, "INVALID_IMAGE") from None
+    await app[MODERATION].screen_image(data, account=account)
     media = app[MEDIA]
     key = new_key(info.extension)
     await media.put(key, data)

@@ -22,7 +22,8 @@ from redis.exceptions import RedisError
 from ..clock import Clock, midnight, utc_now
 from ..content import Content, Model
 from ..metrics import Metrics
-from ..moderation.log import ModerationLog, upstream_refusal
+from ..moderation.log import ModerationLog, Record, upstream_refusal
+from ..moderation.outputs import OutputCheck, OutputRefused
 from ..settings import WorkbenchSettings
 from ..store.connect import STORE_ERRORS
 from ..store.pubsub import Subscriber
@@ -87,6 +88,7 @@ class Worker:
         self.generations = GenerationStore(self.redis, self.wait_replicas)
         days = self.settings.moderation.log_days
         self.moderation_log = ModerationLog(self.redis, days, self.clock)
+        self.output_check = OutputCheck(self.settings.moderation)
         self._ready = asyncio.Event()  # READY_CHANNEL rang: a job may be waiting
         self._running: dict[str, _Running] = {}
         self._models = {model.id: model for model in self.content.models}
@@ -226,7 +228,9 @@ class Worker:
             await self._fail(account, gid, entry, "TIMED_OUT", model, started)
             return
         except UpstreamError as err:
-            await self._fail(account, gid, entry, err.code, model, started)
+            blocked = err.code == "CONTENT_BLOCKED"  # the upstream's own refusal
+            record = upstream_refusal(account, fields) if blocked else None
+            await self._fail(account, gid, entry, err.code, model, started, record)
             return
         except JobGone:
             await self.queue.finish(gid, entry)
@@ -237,6 +241,19 @@ class Worker:
             _LOGGER.exception("job %s failed unexpectedly", gid)
             await self._fail(account, gid, entry, "UPSTREAM_FAILED", model, started)
             return
+        shown = [w["thumb_key" if w["kind"] == "video" else "media_key"] for w in works]
+        try:  # the moderation provider's look at every output, if one is set
+            await self.output_check.check(
+                shown, self._read, float(job["deadline"]),
+                account=account, generation=fields,
+            )  # fmt: skip
+        except OutputRefused as refused:
+            for key in keys:
+                await self.media.delete(key)
+            await self._fail(
+                account, gid, entry, refused.code, model, started, refused.record
+            )
+            return
         outcome, _ = await self.generations.settle(
             account, gid, "succeed", *_succeed_args(works)
         )
@@ -245,6 +262,9 @@ class Worker:
                 await self.media.delete(key)
         self._timed(model, "succeeded" if outcome == "OK" else "discarded", started)
         await self.queue.finish(gid, entry)
+
+    async def _read(self, key: str) -> bytes:
+        return b"".join([chunk async for chunk in self.media.chunks(key)])
 
     async def _retired(self, account: str, gid: str) -> bool:
         """Tell whether the job's model has retired since it was charged.
@@ -279,12 +299,13 @@ class Worker:
         code: str,
         model: str = "?",
         started: float | None = None,
+        record: Record | None = None,
     ) -> None:
         outcome, fields = await self.generations.settle(account, gid, "fail", code)
         if outcome == "OK":
             self.metrics.credits.labels("refunded").inc(int(fields["credits"]))
-            if code == "CONTENT_BLOCKED":  # the upstream's own refusal
-                await self.moderation_log.append(upstream_refusal(account, fields))
+            if record is not None:  # a refusal for its content: logged once
+                await self.moderation_log.append(record)
         if started is not None:
             self._timed(model, "failed", started)
         await self.queue.finish(gid, entry)
