@@ -17,6 +17,7 @@ from ..square.feed import SquareStore
 from ..studio.media.chosen import opened_media_store
 from ..studio.works import WorkStore
 from .log import ModerationLog
+from .providers.base import ProviderError
 from .reports import AlreadyDecided, ReportNotFound, ReportStore
 from .sanctions import Sanctions
 from .setup import moderation_for
@@ -86,9 +87,14 @@ async def run_moderation(
     if args.moderation_command == "test":
         moderation = moderation_for(settings, log)
         found = moderation.verdict(args.text)
-        said = (
-            await moderation.provider.text(args.text) if moderation.provider else None
-        )
+        try:
+            said = (
+                await moderation.provider.text(args.text)
+                if moderation.provider
+                else None
+            )
+        except ProviderError as err:
+            return _refuse(f"the provider did not answer: {err}")
         blocked = found is not None or (said is not None and said.blocked)
         _print(
             {
