@@ -3,23 +3,31 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
 
+from service.account.deletion import DeletionStore
+from service.auth.sessions import SessionStore
 from service.moderation.log import ModerationLog
+from service.moderation.sanctions import Sanctions
+from service.moderation.suspension import AccountSuspended
 from service.store.embedded import MailCatcher, RedisServer
 from service.studio.generations import GenerationStore
 from service.studio.ledger import Ledger
+from service.studio.media.store import DirectoryStore
 
 from .conftest import (
     TEST_SECRET,
     Client,
     Env,
     MakeClient,
+    SettingsFactory,
     forget_limits,
     latest_code,
 )
@@ -173,3 +181,30 @@ async def test_a_suspension_without_days_lasts_until_restored(
         "accounts", "suspend", email, "--reason", "r", "--days", "0", environ=environ
     )
     assert bad.returncode == 2
+
+
+async def test_a_sign_in_racing_a_suspension_never_keeps_a_session(
+    redis: Redis, make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    """Whichever comes first, no session of the suspended account survives."""
+    settings = make_settings(STUDIO_MEDIA_DIR=str(tmp_path / "media"))
+    deletions = DeletionStore.build(redis, settings, DirectoryStore(tmp_path / "media"))
+    sanctions = Sanctions(redis, deletions, ModerationLog(redis, 180))
+    sessions = SessionStore(redis)
+    account, _ = await deletions.accounts.open(new_address())
+    for _ in range(30):
+
+        async def sign_in_after(delay: float) -> None:
+            await asyncio.sleep(delay)
+            with contextlib.suppress(AccountSuspended):
+                await sessions.create(account.id)
+
+        await asyncio.gather(
+            *(sign_in_after(delay) for delay in (0, 0, 0.001, 0.002, 0.004, 0.008)),
+            sanctions.suspend(account.id, "race", None, source="operator"),
+        )
+        index = f"studio:acct:{{{account.id}}}:sessions"
+        found: list[bytes] = await redis.zrange(index, 0, -1)  # type: ignore[assignment]
+        live = [key for key in found if await redis.exists(key)]
+        assert live == []
+        assert await sanctions.restore(account.id)
