@@ -14,6 +14,7 @@ from .account.operator import add_account_command, run_account
 from .auth.accounts import AccountStore
 from .auth.identity import Keyring
 from .auth.sessions import SessionStore
+from .moderation.log import ModerationLog, Record
 from .moderation.operator import add_moderation_commands, run_moderation
 from .payments.operator import add_payments_command, run_payments
 from .settings import Settings, SettingsError, variable
@@ -67,7 +68,13 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
     )
     try:
         if args.command == "works":
-            return await _works(redis, args.action, args.work_id)
+            done = await _works(redis, args.action, args.work_id)
+            if done == OK:  # an operator's decision on content: in the log
+                days = settings.workbench.moderation.log_days
+                await ModerationLog(redis, days).append(
+                    Record(source="operator", verdict=args.action, work=args.work_id)
+                )
+            return done
         if args.command == "sessions":
             return await _revoke(redis, settings, args.email)
         if args.command == "keys":

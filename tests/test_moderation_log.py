@@ -17,6 +17,7 @@ from service.store.embedded import MailCatcher, RedisServer
 
 from .conftest import TEST_SECRET, MakeClient, SettingsFactory
 from .processes import studio_environ
+from .test_library import make_works
 from .test_upstream_fal import KEY
 from .upstream_fakes import FAL_ERRORS, FakeFal
 from .upstream_jobs import (
@@ -139,3 +140,30 @@ async def test_an_upstreams_own_refusal_is_logged_once(
         done["id"],
     )
     assert record["text"] == "a thing"
+
+
+async def test_an_operators_take_down_is_logged(
+    studio: MakeClient,
+    mail_server: MailCatcher,
+    redis: Redis,
+    redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    """`studio works unpublish ID` is one record; a refused one is none."""
+    client = await studio()
+    me = await sign_in(client, mail_server)
+    (work,) = await make_works(redis, tmp_path, me["id"], 1)
+    assert (await client.post(f"/api/works/{work['id']}/publish")).status == 200
+    environ = studio_environ(
+        STUDIO_REDIS_URL=redis_server.url, STUDIO_SECRET_KEY=TEST_SECRET
+    )
+    done = await studio_command("works", "unpublish", work["id"], environ=environ)
+    assert done.returncode == 0, done.stderr
+    again = await studio_command("works", "unpublish", work["id"], environ=environ)
+    assert again.returncode == 1
+    (record,) = [r async for r in ModerationLog(redis, 180).read()]
+    assert (record["source"], record["verdict"], record["work"]) == (
+        "operator",
+        "unpublish",
+        work["id"],
+    )
