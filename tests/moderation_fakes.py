@@ -104,6 +104,7 @@ class FakeTencent:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self._runner: web.AppRunner | None = None
+        self._released = asyncio.Event()
 
     async def __aenter__(self) -> FakeTencent:
         app = web.Application(client_max_size=20 * 1024 * 1024)
@@ -120,6 +121,7 @@ class FakeTencent:
         trace: TracebackType | None,
     ) -> None:
         assert self._runner is not None
+        self._released.set()
         await self._runner.cleanup()
 
     def actions(self, action: str) -> int:
@@ -163,7 +165,7 @@ class FakeTencent:
         data = base64.b64decode(params["FileContent"])
         Image.open(io.BytesIO(data)).verify()  # a real image, or this fails loudly
         if self.hang_images:
-            await asyncio.sleep(3600)
+            await self._released.wait()  # until the fake stops
         suggestion, label = (
             ("Block", "Porn") if self.block_images else ("Pass", "Normal")
         )

@@ -230,3 +230,31 @@ async def test_a_provider_that_hangs_fails_the_job_before_its_deadline_refunded_
     assert await _books(client) == ["grant", "debit", "refund"]
     assert _files(Path(env["STUDIO_MEDIA_DIR"])) == []
     assert [r async for r in ModerationLog(redis, 180).read()] == []
+
+
+async def test_a_cancel_while_the_provider_is_asked_leaves_no_media(
+    studio: MakeClient, provider_env: Env, fake: FakeTencent, mail_server: MailCatcher,
+) -> None:  # fmt: skip
+    """Outputs stored for the check are deleted by a cancel; refunded once."""
+    client = await studio(**provider_env)
+    await sign_in(client, mail_server)
+    fake.hang_images = True
+    response = await client.post(
+        "/api/generations", json={"model": "seedream-4", "prompt": "a lamp"}
+    )
+    gid = (await response.json())["id"]
+    media = Path(provider_env["STUDIO_MEDIA_DIR"])
+    with worker_process(provider_env):
+        for _ in range(300):
+            if fake.actions("ImageModeration"):
+                break
+            await asyncio.sleep(0.05)
+        assert _files(media)  # stored, waiting for the verdict
+        canceled = await client.post(f"/api/generations/{gid}/cancel")
+        assert canceled.status == 200
+        for _ in range(100):
+            if not _files(media):
+                break
+            await asyncio.sleep(0.05)
+    assert _files(media) == []
+    assert await _books(client) == ["grant", "debit", "refund"]

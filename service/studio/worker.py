@@ -248,12 +248,14 @@ class Worker:
                 account=account, generation=fields,
             )  # fmt: skip
         except OutputRefused as refused:
-            for key in keys:
-                await self.media.delete(key)
+            await self._discard(keys)
             await self._fail(
                 account, gid, entry, refused.code, model, started, refused.record
             )
             return
+        except BaseException:  # canceled or stopped while it was asked
+            await self._discard(keys)
+            raise
         outcome, _ = await self.generations.settle(
             account, gid, "succeed", *_succeed_args(works)
         )
@@ -262,6 +264,10 @@ class Worker:
                 await self.media.delete(key)
         self._timed(model, "succeeded" if outcome == "OK" else "discarded", started)
         await self.queue.finish(gid, entry)
+
+    async def _discard(self, keys: list[str]) -> None:
+        for key in keys:
+            await self.media.delete(key)
 
     async def _read(self, key: str) -> bytes:
         return b"".join([chunk async for chunk in self.media.chunks(key)])
