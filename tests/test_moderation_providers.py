@@ -14,7 +14,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import obstore
 import pytest
+from obstore.store import S3Store
 from PIL import Image
 from redis.asyncio import Redis
 from tencentcloud.common import credential
@@ -25,11 +27,16 @@ from tencentcloud.common.profile.http_profile import HttpProfile
 from service.moderation.log import ModerationLog
 from service.moderation.providers.base import ProviderError
 from service.moderation.providers.tencent import Tencent
-from service.store.embedded import MailCatcher
+from service.store.embedded import MailCatcher, RedisServer
 
+from . import test_media_s3
 from .conftest import Client, Env, MakeClient
 from .moderation_fakes import SECRET_ID, SECRET_KEY, FakeTencent
+from .test_media_s3 import S3Server
 from .workbench import balance, ledger, sign_in, wait_for_status, worker_process
+
+# SeaweedFS's `weed mini`, once for this module, as tests/test_media_s3.py starts it.
+seaweedfs = test_media_s3.s3_server
 
 
 @pytest.fixture
@@ -257,4 +264,48 @@ async def test_a_cancel_while_the_provider_is_asked_leaves_no_media(
                 break
             await asyncio.sleep(0.05)
     assert _files(media) == []
+    assert await _books(client) == ["grant", "debit", "refund"]
+
+
+async def test_a_refused_output_leaves_nothing_in_the_bucket(
+    studio: MakeClient, fake: FakeTencent, mail_server: MailCatcher,
+    redis_server: RedisServer, seaweedfs: S3Server, tmp_path: Path,
+) -> None:  # fmt: skip
+    """With media in an S3 bucket (SeaweedFS): the refused outputs' objects are gone."""
+    env = {
+        "STUDIO_REDIS_URL": redis_server.url,
+        "STUDIO_DEMO_UPSTREAM": "1",
+        "STUDIO_DEMO_SECONDS": "0.5",
+        "STUDIO_MEDIA_DIR": str(tmp_path / "not-used"),
+        "STUDIO_MODERATION_PROVIDER": "tencent",
+        "STUDIO_MODERATION_ACCESS_KEY_ID": SECRET_ID,
+        "STUDIO_MODERATION_ACCESS_KEY_SECRET": SECRET_KEY,
+        "STUDIO_MODERATION_ENDPOINT": fake.base_url,
+        **seaweedfs.env(),
+    }
+    config = seaweedfs.settings()
+    bucket = S3Store(
+        config.bucket,
+        config={
+            "endpoint": config.endpoint, "region": config.region,
+            "access_key_id": config.access_key_id,
+            "secret_access_key": config.secret_access_key,
+            "virtual_hosted_style_request": False,
+        },
+        client_options={"allow_http": True},
+    )  # fmt: skip
+    before = {meta["path"] for meta in await obstore.list(bucket).collect_async()}
+    client = await studio(**env)
+    await sign_in(client, mail_server)
+    fake.block_images = True
+    response = await client.post(
+        "/api/generations", json={"model": "seedream-4", "prompt": "a lamp", "count": 2}
+    )
+    gid = (await response.json())["id"]
+    with worker_process(env):
+        done = await wait_for_status(client, gid, {"succeeded", "failed"}, 30)
+    assert (done["status"], done["error"]) == ("failed", "CONTENT_BLOCKED")
+    assert fake.actions("ImageModeration") == 1  # the outputs were in the bucket
+    after = {meta["path"] for meta in await obstore.list(bucket).collect_async()}
+    assert after == before
     assert await _books(client) == ["grant", "debit", "refund"]
