@@ -19,6 +19,8 @@ from service.moderation.wordlist import (
     read_terms,
 )
 
+from .test_content import _start, own_copy
+
 LISTED = WordList(["禁词", "jin", "forbidden thing"])
 
 
@@ -134,3 +136,15 @@ async def _until(condition: Callable[[], bool], within: float = 5.0) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError("the list was not reloaded")
+
+
+def test_serve_refuses_a_list_that_is_not_utf8_with_one_line(tmp_path: Path) -> None:
+    """A list saved in GBK stops `serve` before it listens: exit 2, the file named."""
+    directory = own_copy(tmp_path)
+    blocked = list_path(directory)
+    blocked.write_bytes("禁词\n".encode("gbk"))
+    result = _start("serve", directory, tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(f"studio: configuration error: {blocked}: not UTF-8"), line

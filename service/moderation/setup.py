@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
@@ -21,32 +21,47 @@ from .reports import REPORTS, ReportStore, report_square_work
 from .wordlist import WatchedList, list_path
 
 
-def moderation_for(settings: Settings, log: ModerationLog) -> Moderation:
-    """Read the list the settings name (the operator's content, or the packaged one)."""
-    path = list_path(settings.content_dir or CONTENT_DIR)
+def watched_list(settings: Settings) -> WatchedList:
+    """Read the list the settings name (the operator's content, or the packaged one).
+
+    A file that is not UTF-8 raises WordListError, a ContentError: start-up
+    stops with one line naming it.
+    """
+    return WatchedList(list_path(settings.content_dir or CONTENT_DIR))
+
+
+def moderation_for(
+    settings: Settings, log: ModerationLog, words: WatchedList | None = None
+) -> Moderation:
+    """Put the list, the log and the configured provider together."""
     options = settings.workbench.moderation
     return Moderation(
-        words=WatchedList(path),
+        words=words or watched_list(settings),
         log=log,
         provider=provider_for(options),
         timeout=options.timeout,
     )
 
 
-async def moderation_ctx(app: web.Application) -> AsyncIterator[None]:
-    """Build the automaton once, then rebuild it whenever the file changes."""
-    settings = app[SETTINGS]
-    options = settings.workbench.moderation
-    log = ModerationLog(app[REDIS], options.log_days, app[CLOCK])
-    moderation = app[MODERATION] = moderation_for(settings, log)
-    app[REPORTS] = ReportStore(app[REDIS], log)
-    watcher = asyncio.create_task(
-        moderation.words.watch(options.reload_seconds), name="moderation-list"
-    )
-    yield
-    watcher.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await watcher
+def moderation_ctx(
+    words: WatchedList,
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """Open the log on the app's Redis; rebuild the list whenever the file changes."""
+
+    async def opened(app: web.Application) -> AsyncIterator[None]:
+        options = app[SETTINGS].workbench.moderation
+        log = ModerationLog(app[REDIS], options.log_days, app[CLOCK])
+        app[MODERATION] = moderation_for(app[SETTINGS], log, words)
+        app[REPORTS] = ReportStore(app[REDIS], log)
+        watcher = asyncio.create_task(
+            words.watch(options.reload_seconds), name="moderation-list"
+        )
+        yield
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+
+    return opened
 
 
 def setup(app: web.Application) -> None:
@@ -56,4 +71,5 @@ def setup(app: web.Application) -> None:
     app[API].add_routes(
         [web.post("/square/{work_id}/report", report_square_work, name="square_report")]
     )
-    app.cleanup_ctx.append(moderation_ctx)
+    # Built here, in create_app: a list that cannot be read stops start-up.
+    app.cleanup_ctx.append(moderation_ctx(watched_list(app[SETTINGS])))

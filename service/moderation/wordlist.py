@@ -19,14 +19,15 @@ from typing import Final
 
 import ahocorasick
 
+from ..content import ContentError
 from .normalise import normalise
 
 _LOGGER: Final = logging.getLogger(__name__)
 FILE: Final = Path("moderation") / "blocked.txt"
 
 
-class WordListError(ValueError):
-    """The list file cannot be read as UTF-8 text."""
+class WordListError(ContentError):
+    """The list file cannot be read as UTF-8 text: start-up stops, naming it."""
 
 
 @dataclass(frozen=True, slots=True)
