@@ -315,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "worker":
             work(settings)
         elif args.command in (
-            "works", "credits", "sessions", "keys", "payments", "account"
+            "works", "credits", "sessions", "keys", "payments", "account",
+            "moderation", "accounts", "reports",
         ):  # fmt: skip
             return asyncio.run(operator.run(args, settings))
         else:

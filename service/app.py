@@ -16,6 +16,7 @@ from .content import Content, content_for
 from .keys import CLOCK, CONTENT, SETTINGS
 from .limits.setup import setup as setup_limits
 from .metrics import setup as setup_metrics
+from .moderation.setup import setup as setup_moderation
 from .payments.setup import setup as setup_payments
 from .settings import Settings, SettingsError, variable
 from .square.setup import setup as setup_square
@@ -104,6 +105,7 @@ def create_app(
     setup_api(app)  # errors, the cookie bound, csrf
     setup_limits(app)  # the limiter; the routes it guards come from the concerns
     setup_square(app)  # its store, before the studio's works that publish to it
+    setup_moderation(app)  # the word list submit and publish check; its log
     setup_studio(app)  # the ledger, queue, media, upstreams, events, worker
     setup_auth(app)  # accounts open in the studio's ledger; the session layer
     setup_payments(app)  # orders credit the ledger; the providers' notices

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from typing import Final
 
@@ -13,6 +14,8 @@ from .account.operator import add_account_command, run_account
 from .auth.accounts import AccountStore
 from .auth.identity import Keyring
 from .auth.sessions import SessionStore
+from .moderation.log import ModerationLog, Record
+from .moderation.operator import add_moderation_commands, run_moderation
 from .payments.operator import add_payments_command, run_payments
 from .settings import Settings, SettingsError, variable
 from .square.feed import SquareStore
@@ -26,7 +29,7 @@ REFUSED: Final = 1
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Declare `works`, `credits`, `sessions`, `payments`, `account`, `keys`."""
+    """Declare `works`, `credits`, `sessions`, `payments`, `account`, `keys`, ..."""
     works = commands.add_parser(
         "works", help="take a work off the square or restore it"
     )
@@ -45,6 +48,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     add_payments_command(commands)
     add_account_command(commands)
+    add_moderation_commands(commands)
     keys = commands.add_parser("keys", help="after a STUDIO_SECRET_KEY rotation")
     keys.add_subparsers(dest="keys_command", required=True).add_parser(
         "refile", help="file every account's address under the current key"
@@ -64,7 +68,13 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
     )
     try:
         if args.command == "works":
-            return await _works(redis, args.action, args.work_id)
+            done = await _works(redis, args.action, args.work_id)
+            if done == OK:  # an operator's decision on content: in the log
+                days = settings.workbench.moderation.log_days
+                await ModerationLog(redis, days).append(
+                    Record(source="operator", verdict=args.action, work=args.work_id)
+                )
+            return done
         if args.command == "sessions":
             return await _revoke(redis, settings, args.email)
         if args.command == "keys":
@@ -73,6 +83,9 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
             return await run_payments(args, settings, redis)
         if args.command == "account":
             return await run_account(args, settings, redis)
+        if args.command in ("moderation", "accounts", "reports"):
+            find = functools.partial(_account_id, redis, settings)
+            return await run_moderation(args, settings, redis, find)
         return await _grant(redis, settings, args.email, args.amount, args.note)
     except ReplicasBehind as err:
         # Written on the master: running it again could do it twice.

@@ -103,6 +103,29 @@ class MediaS3Settings:
     secret_access_key: str = field(repr=False)
 
 
+# The moderation providers `moderation.provider` may name.
+MODERATION_PROVIDERS: Final = ("none", "tencent")
+
+
+@dataclass(frozen=True, slots=True)
+class ModerationSettings:
+    """Content safety (CONTRACT §11): the log's keeping, the list's reading."""
+
+    # Days a moderation log record is kept before its day is dropped.
+    log_days: int = 180
+    # Seconds between looks at content/moderation/blocked.txt for changes.
+    reload_seconds: float = 10.0
+    # A cloud moderation service for prompts (after the list), outputs and
+    # uploads: "none" or "tencent"; its key pair, region and endpoint ("": its own).
+    provider: str = "none"
+    access_key_id: str = ""
+    access_key_secret: str = field(default="", repr=False)
+    region: str = "ap-guangzhou"
+    endpoint: str = ""
+    # Seconds one call to the provider may take before it is tried again.
+    timeout: float = 10.0
+
+
 @dataclass(frozen=True, slots=True)
 class WorkbenchSettings:
     """Generations, media and workers (CONTRACT §6, §7)."""
@@ -126,6 +149,8 @@ class WorkbenchSettings:
     media_s3: MediaS3Settings | None = None
     # Credits of the daily grant (CONTRACT §12), a `bonus` lot for 7 days.
     daily_credits: int = 10
+    # The workers log upstreams' refusals too.
+    moderation: ModerationSettings = ModerationSettings()
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +332,7 @@ def _build(raw: Mapping[str, Any]) -> Settings:
             hide_after_reports=_integer(raw, "square.hide_after_reports", 1, 1000),
             square_read_budget=_number(raw, "square.read_budget", 0.01, 5.0),
             upstreams=_upstreams(raw),
+            moderation=_moderation(raw),
         ),
         payments=_payments(raw),
         limits=_policies(raw),
@@ -321,6 +347,35 @@ def _build(raw: Mapping[str, Any]) -> Settings:
             purge_seconds=_number(raw, "account.purge_seconds", 0.1, 86400.0),
         ),
         content_dir=_directory(raw, "content_dir"),
+    )
+
+
+def _moderation(raw: Mapping[str, Any]) -> ModerationSettings:
+    provider = _text(raw, "moderation.provider").lower() or "none"
+    if provider not in MODERATION_PROVIDERS:
+        names = ", ".join(MODERATION_PROVIDERS)
+        raise SettingsError(
+            f"{variable('moderation.provider')}: must be one of {names}"
+        )
+    key_id = _text(raw, "moderation.access_key_id")
+    secret = _text(raw, "moderation.access_key_secret")
+    if provider != "none" and not (key_id and secret):
+        raise SettingsError(
+            f"{variable('moderation.access_key_id')} and"
+            f" {variable('moderation.access_key_secret')}: required by {provider}"
+        )
+    endpoint = _text(raw, "moderation.endpoint")
+    if endpoint and not endpoint.startswith(("https://", "http://")):
+        raise SettingsError(f"{variable('moderation.endpoint')}: must be a URL")
+    return ModerationSettings(
+        log_days=_integer(raw, "moderation.log_days", 180, 3650),
+        reload_seconds=_number(raw, "moderation.reload_seconds", 0.1, 60.0),
+        provider=provider,
+        access_key_id=key_id,
+        access_key_secret=secret,
+        region=_text(raw, "moderation.region") or "ap-guangzhou",
+        endpoint=endpoint,
+        timeout=_number(raw, "moderation.timeout", 0.1, 120.0),
     )
 
 

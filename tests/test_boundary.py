@@ -140,6 +140,7 @@ def test_the_app_has_no_aiohttp_middleware_signal_or_sub_app(
         "/api/me",
         "/api/square",
         "/api/square/{work_id}",
+        "/api/square/{work_id}/report",
         "/api/models",
         "/api/credits",
         "/api/generations",

@@ -35,6 +35,7 @@ ANONYMOUS = {
     "auth_logout",
     "square_list",
     "square_item",
+    "square_report",  # anyone may report a work in the square (CONTRACT §11)
     "models",
     "packs",
 }

@@ -176,7 +176,7 @@ class DeletionStore:
         # A new sign-in with the address, even before the purge, earns no trial.
         await self._accounts.mark_trial(email, *([address] if address else []))
         ended = await self._sessions.end_all(account_id)
-        canceled = await self._cancel_generations(account_id)
+        canceled = await self.cancel_generations(account_id)
         unlisted = await self._unlist(account_id)
         _LOGGER.info(
             "account %s deleting: %d sessions ended, %d generations canceled,"
@@ -185,7 +185,7 @@ class DeletionStore:
         )  # fmt: skip
         return Deleted(account_id, at)
 
-    async def _cancel_generations(self, account_id: str) -> int:
+    async def cancel_generations(self, account_id: str) -> int:
         """Cancel (and refund) every queued and running generation; tell the workers."""
         canceled = 0
         for fields in await self._generations.active(account_id):

@@ -14,6 +14,7 @@ from ..api.errors import ApiError
 from ..api.payloads import json_response, read_json
 from ..keys import CONTENT, SETTINGS
 from ..limits.http import enforce, refund
+from ..moderation.suspension import AccountSuspended
 from ..store.deadline import within
 from .binding import (
     binding_of,
@@ -153,7 +154,11 @@ async def verify(request: web.Request) -> web.StreamResponse:
     sessions = app[SESSIONS]
     if previous := read_cookie(request.headers, COOKIE):
         await sessions.delete(previous)
-    token, session = await sessions.create(account.id)
+    try:
+        token, session = await sessions.create(account.id)
+    except AccountSuspended as err:
+        _LOGGER.info("sign-in refused: account %s is suspended", account.id)
+        raise ApiError(403, "ACCOUNT_SUSPENDED", until=err.until) from None
     _LOGGER.info(
         "signed in account %s, session %s, new=%s",
         account.id,

@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 from ..api.boundary import ApiBoundary
 from ..api.errors import ApiError
 from ..keys import REDIS
+from ..moderation.suspension import AccountSuspended, refuse_if_suspended
 from ..store.deadline import within
 from .cookies import read_cookie
 from .session_cache import ENDED_CHANNEL, SHUTDOWN_SECONDS, Session, SessionCache
@@ -94,7 +95,8 @@ class SessionStore:
 
         The account's index of sessions is written first: an index entry whose
         session never came to be is harmless, a session missing from the index
-        would escape "sign out everywhere".
+        would escape "sign out everywhere". A suspended account gets none
+        (AccountSuspended).
         """
         token = base64.urlsafe_b64encode(secrets.token_bytes(32)).rstrip(b"=").decode()
         now = int(time.time())
@@ -109,6 +111,12 @@ class SessionStore:
             pipe.hset(key, mapping={"account": account_id, "created": now, "seen": now})
             pipe.expire(key, _ttl(now, now))
             await pipe.execute()
+        try:  # after the write: a suspension racing it finds the session, or we it
+            await refuse_if_suspended(self._redis, account_id)
+        except AccountSuspended:
+            await self._redis.delete(key)
+            await self._redis.zrem(index, key)
+            raise
         return token, Session(key=key, account_id=account_id, created=now, seen=now)
 
     async def load(self, token: str) -> Session | None:

@@ -32,6 +32,7 @@ from ..content import Model
 from ..keys import CLOCK, CONTENT, REDIS, SETTINGS
 from ..limits.http import enforce
 from ..metrics import METRICS
+from ..moderation.prompts import MODERATION
 from ..web.hardening import BAD_DISPOSITION
 from ..web.keys import SECURITY
 from .events import CLOSE
@@ -203,6 +204,8 @@ async def place(
     if idempotency and (seen := await store.remembered(account, idempotency)):
         return await _replay(request, account, seen, body_hash)
     model, fields = await _fields(request, body)
+    texts = {name: str(fields[name]) for name in ("prompt", "negative_prompt")}
+    await app[MODERATION].screen(texts, source="prompt", account=account)
     gid = secrets.token_hex(10)
     deadline = time.time() + (
         settings.video_deadline if model.kind == "video" else settings.image_deadline
@@ -362,6 +365,7 @@ async def upload(request: web.Request) -> web.StreamResponse:
         info = await loop.run_in_executor(None, inspect_image, data)
     except InvalidImage:
         raise ApiError(400, "INVALID_IMAGE") from None
+    await app[MODERATION].screen_image(data, account=account)
     media = app[MEDIA]
     key = new_key(info.extension)
     await media.put(key, data)

@@ -13,12 +13,13 @@ from ..api.query import bad_field, list_params, read_cursor
 from ..auth.sessions import SESSION
 from ..keys import REDIS, SETTINGS
 from ..limits.http import enforce
+from ..moderation.prompts import MODERATION
 from ..square.feed import SQUARE
 from .collections import COLLECTIONS, works_index
 from .keys import MEDIA, WORKS
 from .ledger import account_key
 from .search import read_query, walk, works_with
-from .works import WorkNotFound, mine_view
+from .works import WorkNotFound, WorkRemoved, mine_view
 
 MAX_REASON: Final = 500
 # Routes whose handlers charge a per-account write limit.
@@ -130,10 +131,16 @@ async def delete_work(request: web.Request) -> web.StreamResponse:
 async def publish(request: web.Request) -> web.StreamResponse:
     """Publish my work: first in the square, with nothing about me."""
     await _limit(request, "write")
+    app, me, wid = request.config_dict, _me(request), _wid(request)
+    if owned := await app[WORKS].owned(me, wid):  # the list may have grown since
+        prompt = {"prompt": owned.record["prompt"]}
+        await app[MODERATION].screen(prompt, source="publish", account=me, work=wid)
     try:
-        work = await request.config_dict[WORKS].publish(_me(request), _wid(request))
+        work = await app[WORKS].publish(me, wid)
     except WorkNotFound:
         raise ApiError(404, "NOT_FOUND") from None
+    except WorkRemoved:
+        raise ApiError(409, "WORK_REMOVED") from None
     return json_response(work)
 
 

@@ -22,6 +22,8 @@ from redis.exceptions import RedisError
 from ..clock import Clock, midnight, utc_now
 from ..content import Content, Model
 from ..metrics import Metrics
+from ..moderation.log import ModerationLog, Record, upstream_refusal
+from ..moderation.outputs import OutputCheck, OutputRefused
 from ..settings import WorkbenchSettings
 from ..store.connect import STORE_ERRORS
 from ..store.pubsub import Subscriber
@@ -85,6 +87,9 @@ class Worker:
     def __post_init__(self) -> None:
         self.queue = JobQueue(self.redis)
         self.generations = GenerationStore(self.redis, self.wait_replicas)
+        days = self.settings.moderation.log_days
+        self.moderation_log = ModerationLog(self.redis, days, self.clock)
+        self.output_check = OutputCheck(self.settings.moderation)
         self._ready = asyncio.Event()  # READY_CHANNEL rang: a job may be waiting
         self._running: dict[str, _Running] = {}
         self._models = {model.id: model for model in self.content.models}
@@ -227,7 +232,9 @@ class Worker:
             await self._fail(account, gid, entry, "TIMED_OUT", model, started)
             return
         except UpstreamError as err:
-            await self._fail(account, gid, entry, err.code, model, started)
+            blocked = err.code == "CONTENT_BLOCKED"  # the upstream's own refusal
+            record = upstream_refusal(account, fields) if blocked else None
+            await self._fail(account, gid, entry, err.code, model, started, record)
             return
         except JobGone:
             await self.queue.finish(gid, entry)
@@ -238,6 +245,21 @@ class Worker:
             _LOGGER.exception("job %s failed unexpectedly", gid)
             await self._fail(account, gid, entry, "UPSTREAM_FAILED", model, started)
             return
+        shown = [w["thumb_key" if w["kind"] == "video" else "media_key"] for w in works]
+        try:  # the moderation provider's look at every output, if one is set
+            await self.output_check.check(
+                shown, self._read, float(job["deadline"]),
+                account=account, generation=fields,
+            )  # fmt: skip
+        except OutputRefused as refused:
+            await self._discard(keys)
+            await self._fail(
+                account, gid, entry, refused.code, model, started, refused.record
+            )
+            return
+        except BaseException:  # canceled or stopped while it was asked
+            await self._discard(keys)
+            raise
         outcome, _ = await self.generations.settle(
             account, gid, "succeed", *_succeed_args(works)
         )
@@ -248,6 +270,13 @@ class Worker:
         if outcome == "OK":
             self._timings.ran(model, time.monotonic() - started)
         await self.queue.finish(gid, entry)
+
+    async def _discard(self, keys: list[str]) -> None:
+        for key in keys:
+            await self.media.delete(key)
+
+    async def _read(self, key: str) -> bytes:
+        return b"".join([chunk async for chunk in self.media.chunks(key)])
 
     async def _retired(self, account: str, gid: str) -> bool:
         """Tell whether the job's model has retired since it was charged.
@@ -282,10 +311,13 @@ class Worker:
         code: str,
         model: str = "?",
         started: float | None = None,
+        record: Record | None = None,
     ) -> None:
         outcome, fields = await self.generations.settle(account, gid, "fail", code)
         if outcome == "OK":
             self.metrics.credits.labels("refunded").inc(int(fields["credits"]))
+            if record is not None:  # a refusal for its content: logged once
+                await self.moderation_log.append(record)
         if started is not None:
             self._timed(model, "failed", started)
         await self.queue.finish(gid, entry)

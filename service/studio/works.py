@@ -23,6 +23,10 @@ class WorkNotFound(Exception):
     """Neither mine nor published: the same answer for both."""
 
 
+class WorkRemoved(Exception):
+    """An operator removed the work after a report: it is not published again."""
+
+
 @dataclass(frozen=True, slots=True)
 class Owned:
     """A work of mine as stored, with its live favorite count."""
@@ -72,6 +76,8 @@ class WorkStore:
         reply = await self._script(keys=[account_key(owner)], args=list(args))
         if text(reply[0]) == "NOT_FOUND":
             raise WorkNotFound
+        if text(reply[0]) == "REMOVED":
+            raise WorkRemoved
         return list(reply)
 
     async def owned(self, owner: str, wid: str) -> Owned | None:
@@ -106,6 +112,12 @@ class WorkStore:
         if not int(hidden):
             await self._square.publish(square_work(record, int(count)), me)
         return mine_view(record, int(count), (await self.favorited(me, [wid]))[0])
+
+    async def remove(self, owner: str, wid: str) -> None:
+        """Take a work off the square for good (an operator upheld a report)."""
+        await self._square.remove(wid)
+        await self._run(owner, "remove", wid, iso(now()))
+        await self._redis.hdel(HIDDEN, wid)
 
     async def unpublish(self, me: str, wid: str) -> dict[str, Any]:
         """Take my work off the square first, then mark it unpublished."""

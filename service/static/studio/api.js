@@ -1,5 +1,5 @@
 // The one way this page talks to the server: same-origin fetch of /api, JSON in and out.
-import { t, formatNumber } from './i18n.js';
+import { t, formatNumber, formatDate } from './i18n.js';
 
 export class ApiError extends Error {
   constructor(status, body) {
@@ -60,6 +60,12 @@ export function describe(error) {
     const field = error.body.field;
     const known = { prompt: 'prompt', negative_prompt: 'negative_prompt', size: 'size', count: 'count', seed: 'seed', reference: 'reference', model: 'model' };
     return t('err_BAD_FIELD', { field: known[field] ? t(known[field]) : field });
+  }
+  if (code === 'CONTENT_BLOCKED' && error.body?.field === 'negative_prompt') {
+    return t('err_CONTENT_BLOCKED_negative_prompt');
+  }
+  if (code === 'ACCOUNT_SUSPENDED' && error.body?.until) {
+    return t('err_ACCOUNT_SUSPENDED_until', { date: formatDate(error.body.until) });
   }
   const key = `err_${code}`;
   const text = t(key);

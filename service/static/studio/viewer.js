@@ -5,6 +5,7 @@ import { api, get, describe } from './api.js';
 import { state, emit, modelName } from './state.js';
 import { requireSession } from './auth.js';
 import { shelf, currentCollection, keep } from './collections.js';
+import { openReport } from './report.js';
 
 const dialog = $('#viewer');
 const media = $('#v-media');
@@ -54,6 +55,7 @@ function render() {
   ];
   if (work.kind === 'video' && work.duration) rows.push(['duration', t('seconds', { s: Math.round(work.duration * 10) / 10 })]);
   rows.push(['favorites', formatNumber(work.favorites ?? 0)]);
+  if (work.removed_at) rows.push(['removed', formatDate(work.removed_at)]);
   if (work.published_at) rows.push(['published', formatDate(work.published_at)]);
   else if (work.created_at) rows.push(['created', formatDate(work.created_at)]);
   meta.replaceChildren(...rows.flatMap(([key, value]) => [h('dt', { text: t(key) }), h('dd', { text: value })]));
@@ -89,15 +91,20 @@ function renderActions(work) {
   buttons.push(h('button', { type: 'button', text: t('use_prompt'), dataset: { action: 'prompt' }, on: { click: () => usePrompt(work) } }));
   if (mine(work)) {
     buttons.push(h('button', { type: 'button', text: t('run_again'), dataset: { action: 'again' }, on: { click: () => runAgain(work) } }));
-    buttons.push(h('button', {
-      type: 'button', text: work.published_at ? t('unpublish') : t('publish'), dataset: { action: 'publish' },
-      on: { click: (e) => publish(e.currentTarget, !work.published_at) },
-    }));
+    if (!work.removed_at) {
+      buttons.push(h('button', {
+        type: 'button', text: work.published_at ? t('unpublish') : t('publish'), dataset: { action: 'publish' },
+        on: { click: (e) => publish(e.currentTarget, !work.published_at) },
+      }));
+    }
     buttons.push(h('a', { href: work.media_url, download: fileName(work), text: t('download'), dataset: { action: 'download' } }));
     buttons.push(...collectionActions(work));
     buttons.push(h('button', { type: 'button', class: 'danger', text: t('delete'), dataset: { action: 'delete' }, on: { click: () => remove(work) } }));
   }
   if (work.published_at) buttons.push(h('a', { href: `/square/${encodeURIComponent(work.id)}`, text: t('open_page'), dataset: { action: 'page' } }));
+  if (work.published_at && !mine(work)) {
+    buttons.push(h('button', { type: 'button', class: 'quiet', text: t('report'), dataset: { action: 'report' }, on: { click: (e) => openReport(work, e.currentTarget) } }));
+  }
   actions.replaceChildren(...buttons);
   const again = focused && [...actions.children].find((el) => el.dataset.action === focused);
   if (again) again.focus();
@@ -223,7 +230,7 @@ $('#v-prev').addEventListener('click', () => step(-1));
 $('#v-next').addEventListener('click', () => step(1));
 $('#v-close').addEventListener('click', () => dialog.close());
 document.addEventListener('keydown', (event) => {
-  if (!dialog.open || $('#confirm').open || $('#signin').open) return;
+  if (!dialog.open || $('#confirm').open || $('#signin').open || $('#report').open) return;
   if (event.target instanceof HTMLVideoElement || event.target instanceof HTMLInputElement) return;
   if (event.key === 'ArrowLeft') { event.preventDefault(); step(-1); }
   if (event.key === 'ArrowRight') { event.preventDefault(); step(1); }

@@ -12,7 +12,9 @@ local work = cjson.decode(raw)
 local function save() redis.call('SET', key, cjson.encode(work)) end
 
 if action == 'publish' then
-  -- ARGV: now_iso. Publishing twice keeps the first time.
+  -- ARGV: now_iso. Publishing twice keeps the first time; a work an operator
+  -- removed (upheld report) is not published again.
+  if work.removed_at then return {'REMOVED'} end
   if work.published_at == cjson.null then
     work.published_at = ARGV[3]
     save()
@@ -24,6 +26,15 @@ if action == 'unpublish' then
   work.published_at = cjson.null
   save()
   return {'OK', cjson.encode(work), redis.call('SCARD', FANS)}
+end
+
+if action == 'remove' then
+  -- ARGV: now_iso. An operator upheld a report: off the square for good, and
+  -- the author's library says so.
+  work.published_at = cjson.null
+  work.removed_at = ARGV[3]
+  save()
+  return {'OK', cjson.encode(work)}
 end
 
 if action == 'delete' then

@@ -1,0 +1,1 @@
+"""Content safety: the prompt check, the moderation log, reports and sanctions."""

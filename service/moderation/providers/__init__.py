@@ -1,0 +1,1 @@
+"""Cloud moderation services behind one interface: text and images in, a verdict out."""

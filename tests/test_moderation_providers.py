@@ -1,0 +1,311 @@
+"""A moderation provider (Tencent TMS/IMS) on a loopback fake that checks TC3 signing.
+
+Prompts after the list, uploads, and every output before its generation
+succeeds (through a real worker process): a refusal refunds once and leaves no
+media; a provider that hangs is asked again until shortly before the job's
+deadline, then the generation fails UPSTREAM_FAILED, refunded once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import obstore
+import pytest
+from obstore.store import S3Store
+from PIL import Image
+from redis.asyncio import Redis
+from tencentcloud.common import credential
+from tencentcloud.common.common_client import CommonClient
+from tencentcloud.common.profile.client_profile import ClientProfile
+from tencentcloud.common.profile.http_profile import HttpProfile
+
+from service.moderation.log import ModerationLog
+from service.moderation.providers.base import ProviderError
+from service.moderation.providers.tencent import Tencent
+from service.store.embedded import MailCatcher, RedisServer
+
+from . import test_media_s3
+from .conftest import Client, Env, MakeClient
+from .moderation_fakes import SECRET_ID, SECRET_KEY, FakeTencent
+from .test_media_s3 import S3Server
+from .workbench import balance, ledger, sign_in, wait_for_status, worker_process
+
+# SeaweedFS's `weed mini`, once for this module, as tests/test_media_s3.py starts it.
+seaweedfs = test_media_s3.s3_server
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeTencent]:
+    """Tencent's TMS and IMS on loopback."""
+    async with FakeTencent() as server:
+        yield server
+
+
+@pytest.fixture
+def provider_env(studio_env: Env, fake: FakeTencent) -> Env:
+    """The workbench's settings with the provider pointed at the fake."""
+    return {
+        **studio_env,
+        "STUDIO_MODERATION_PROVIDER": "tencent",
+        "STUDIO_MODERATION_ACCESS_KEY_ID": SECRET_ID,
+        "STUDIO_MODERATION_ACCESS_KEY_SECRET": SECRET_KEY,
+        "STUDIO_MODERATION_ENDPOINT": fake.base_url,
+    }
+
+
+def _png() -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (64, 48), (30, 120, 200)).save(out, "PNG")
+    return out.getvalue()
+
+
+def _sdk_call(port: int, secret: str) -> dict[str, Any]:
+    profile = ClientProfile(
+        httpProfile=HttpProfile(protocol="http", endpoint=f"127.0.0.1:{port}")
+    )
+    client = CommonClient(
+        "tms", "2020-12-29", credential.Credential(SECRET_ID, secret), "ap-guangzhou",
+        profile,
+    )  # fmt: skip
+    answer: dict[str, Any] = client.call_json("TextModeration", {"Content": "YSBsYW1w"})
+    return answer
+
+
+async def test_the_official_sdks_requests_pass_the_fakes_signature_check(
+    fake: FakeTencent,
+) -> None:
+    """The fake's TC3 check accepts Tencent's own SDK and refuses a wrong secret."""
+    answer = await asyncio.to_thread(_sdk_call, fake.port, SECRET_KEY)
+    assert answer["Response"]["Suggestion"] == "Pass"
+    wrong = await asyncio.to_thread(_sdk_call, fake.port, "another-secret-0123456789")
+    assert wrong["Response"]["Error"]["Code"] == "AuthFailure.SignatureFailure"
+    assert fake.refused == ["signature"]
+
+
+async def test_our_client_is_accepted_and_reads_the_verdicts(fake: FakeTencent) -> None:
+    """Text and image calls pass the check; Block refuses; errors are ProviderError."""
+    client = Tencent(
+        secret_id=SECRET_ID, secret_key=SECRET_KEY, region="ap-guangzhou",
+        endpoint=fake.base_url, timeout=5.0,
+    )  # fmt: skip
+    fake.blocked_words = {"forbidden"}
+    assert (await client.text("a lamp")).blocked is False
+    verdict = await client.text("a forbidden idea")
+    assert (verdict.blocked, verdict.label) == (True, "tencent:Porn")
+    assert (await client.image(_png())).blocked is False
+    fake.block_images = True
+    assert (await client.image(_png())).blocked is True
+    assert [action for action, _ in fake.requests] == [
+        "TextModeration", "TextModeration", "ImageModeration", "ImageModeration",
+    ]  # fmt: skip
+    wrong = Tencent(
+        secret_id=SECRET_ID, secret_key="x" * 32, region="ap-guangzhou",
+        endpoint=fake.base_url, timeout=5.0,
+    )  # fmt: skip
+    with pytest.raises(ProviderError, match=r"AuthFailure\.SignatureFailure"):
+        await wrong.text("a lamp")
+    assert fake.refused == ["signature"]
+
+
+async def test_a_prompt_the_provider_blocks_is_refused_after_the_list(
+    studio: MakeClient, provider_env: Env, fake: FakeTencent, mail_server: MailCatcher,
+    redis: Redis,
+) -> None:  # fmt: skip
+    """The list first (no provider call), then the provider; 400 and one record."""
+    client = await studio(**provider_env)
+    await sign_in(client, mail_server)
+    fake.blocked_words = {"forbidden"}
+
+    async def submit(prompt: str) -> Any:
+        response = await client.post(
+            "/api/generations", json={"model": "seedream-4", "prompt": prompt}
+        )
+        return response.status, await response.json()
+
+    assert await submit("child porn") == (
+        400, {"error": "CONTENT_BLOCKED", "field": "prompt"},
+    )  # fmt: skip
+    assert fake.actions("TextModeration") == 0  # the list answered
+    assert await submit("a forbidden idea") == (
+        400, {"error": "CONTENT_BLOCKED", "field": "prompt"},
+    )  # fmt: skip
+    status, _ = await submit("a lamp")
+    assert status == 202
+    assert await balance(client) == 94
+    records = [r async for r in ModerationLog(redis, 180).read()]
+    assert [r["rule"] for r in records] == ["child porn", "tencent:Porn"]
+
+
+async def test_an_upload_the_provider_blocks_is_not_kept(
+    studio: MakeClient, provider_env: Env, fake: FakeTencent, mail_server: MailCatcher,
+    redis: Redis, tmp_path: Path,
+) -> None:  # fmt: skip
+    """400 CONTENT_BLOCKED {field: file}; no file in the media store; one record."""
+    client = await studio(**provider_env)
+    await sign_in(client, mail_server)
+    fake.block_images = True
+    response = await client.post("/api/uploads", data={"file": io.BytesIO(_png())})
+    assert response.status == 400
+    assert await response.json() == {"error": "CONTENT_BLOCKED", "field": "file"}
+    assert _files(Path(provider_env["STUDIO_MEDIA_DIR"])) == []
+    (record,) = [r async for r in ModerationLog(redis, 180).read()]
+    assert (record["source"], record["rule"]) == ("upload", "tencent:Porn")
+    fake.block_images = False
+    response = await client.post("/api/uploads", data={"file": io.BytesIO(_png())})
+    assert response.status == 201, await response.text()
+
+
+def _files(directory: Path) -> list[Path]:
+    return (
+        [p for p in directory.rglob("*") if p.is_file()] if directory.exists() else []
+    )
+
+
+async def _books(client: Client) -> list[str]:
+    return [entry["kind"] for entry in await ledger(client)]
+
+
+@pytest.mark.parametrize(
+    ("body", "price"),
+    [
+        ({"model": "seedream-4", "count": 2}, 12),
+        ({"model": "kling-2-1", "size": "1280x720"}, 120),  # checked by its poster
+    ],
+    ids=["images", "video"],
+)
+async def test_a_refused_output_is_refunded_once_and_leaves_no_media(
+    studio: MakeClient, provider_env: Env, fake: FakeTencent, mail_server: MailCatcher,
+    redis: Redis, body: dict[str, Any], price: int,
+) -> None:  # fmt: skip
+    """A real worker: CONTENT_BLOCKED, one refund, no file, no work, one record."""
+    client = await studio(**provider_env, STUDIO_TRIAL_CREDITS="200")
+    await sign_in(client, mail_server)
+    fake.block_images = True
+    response = await client.post("/api/generations", json={"prompt": "a lamp", **body})
+    assert response.status == 202
+    gid = (await response.json())["id"]
+    with worker_process(provider_env):
+        done = await wait_for_status(client, gid, {"succeeded", "failed"}, 30)
+        await asyncio.sleep(1.0)  # nothing more happens to it
+    assert (done["status"], done["error"], done["refunded"]) == (
+        "failed", "CONTENT_BLOCKED", True,
+    )  # fmt: skip
+    assert done["works"] == []
+    entries = await ledger(client)
+    assert [(e["kind"], e["amount"]) for e in entries] == [
+        ("grant", 200), ("debit", -price), ("refund", price),
+    ]  # fmt: skip
+    assert _files(Path(provider_env["STUDIO_MEDIA_DIR"])) == []
+    assert (await (await client.get("/api/works")).json())["items"] == []
+    assert (await (await client.get("/api/square")).json())["items"] == []
+    assert fake.actions("ImageModeration") == 1  # the first refusal decides
+    (record,) = [r async for r in ModerationLog(redis, 180).read()]
+    assert (record["source"], record["generation"], record["rule"]) == (
+        "output", gid, "tencent:Porn",
+    )  # fmt: skip
+
+
+async def test_a_provider_that_hangs_fails_the_job_before_its_deadline_refunded_once(
+    studio: MakeClient, provider_env: Env, fake: FakeTencent, mail_server: MailCatcher,
+    redis: Redis,
+) -> None:  # fmt: skip
+    """Asked again within the deadline, then UPSTREAM_FAILED; one refund, no media."""
+    env = {
+        **provider_env,
+        "STUDIO_MODERATION_TIMEOUT": "1",
+        "STUDIO_JOBS_IMAGE_DEADLINE": "7",
+    }
+    client = await studio(**env)
+    await sign_in(client, mail_server)
+    fake.hang_images = True
+    response = await client.post(
+        "/api/generations", json={"model": "seedream-4", "prompt": "a lamp"}
+    )
+    gid = (await response.json())["id"]
+    with worker_process(env):
+        done = await wait_for_status(client, gid, {"succeeded", "failed"}, 30)
+        await asyncio.sleep(1.5)  # the deadline passes: no second settlement
+    assert (done["status"], done["error"], done["refunded"]) == (
+        "failed", "UPSTREAM_FAILED", True,
+    )  # fmt: skip
+    assert fake.actions("ImageModeration") >= 2
+    assert await _books(client) == ["grant", "debit", "refund"]
+    assert _files(Path(env["STUDIO_MEDIA_DIR"])) == []
+    assert [r async for r in ModerationLog(redis, 180).read()] == []
+
+
+async def test_a_cancel_while_the_provider_is_asked_leaves_no_media(
+    studio: MakeClient, provider_env: Env, fake: FakeTencent, mail_server: MailCatcher,
+) -> None:  # fmt: skip
+    """Outputs stored for the check are deleted by a cancel; refunded once."""
+    client = await studio(**provider_env)
+    await sign_in(client, mail_server)
+    fake.hang_images = True
+    response = await client.post(
+        "/api/generations", json={"model": "seedream-4", "prompt": "a lamp"}
+    )
+    gid = (await response.json())["id"]
+    media = Path(provider_env["STUDIO_MEDIA_DIR"])
+    with worker_process(provider_env):
+        for _ in range(300):
+            if fake.actions("ImageModeration"):
+                break
+            await asyncio.sleep(0.05)
+        assert _files(media)  # stored, waiting for the verdict
+        canceled = await client.post(f"/api/generations/{gid}/cancel")
+        assert canceled.status == 200
+        for _ in range(100):
+            if not _files(media):
+                break
+            await asyncio.sleep(0.05)
+    assert _files(media) == []
+    assert await _books(client) == ["grant", "debit", "refund"]
+
+
+async def test_a_refused_output_leaves_nothing_in_the_bucket(
+    studio: MakeClient, fake: FakeTencent, mail_server: MailCatcher,
+    redis_server: RedisServer, seaweedfs: S3Server, tmp_path: Path,
+) -> None:  # fmt: skip
+    """With media in an S3 bucket (SeaweedFS): the refused outputs' objects are gone."""
+    env = {
+        "STUDIO_REDIS_URL": redis_server.url,
+        "STUDIO_DEMO_UPSTREAM": "1",
+        "STUDIO_DEMO_SECONDS": "0.5",
+        "STUDIO_MEDIA_DIR": str(tmp_path / "not-used"),
+        "STUDIO_MODERATION_PROVIDER": "tencent",
+        "STUDIO_MODERATION_ACCESS_KEY_ID": SECRET_ID,
+        "STUDIO_MODERATION_ACCESS_KEY_SECRET": SECRET_KEY,
+        "STUDIO_MODERATION_ENDPOINT": fake.base_url,
+        **seaweedfs.env(),
+    }
+    config = seaweedfs.settings()
+    bucket = S3Store(
+        config.bucket,
+        config={
+            "endpoint": config.endpoint, "region": config.region,
+            "access_key_id": config.access_key_id,
+            "secret_access_key": config.secret_access_key,
+            "virtual_hosted_style_request": False,
+        },
+        client_options={"allow_http": True},
+    )  # fmt: skip
+    before = {meta["path"] for meta in await obstore.list(bucket).collect_async()}
+    client = await studio(**env)
+    await sign_in(client, mail_server)
+    fake.block_images = True
+    response = await client.post(
+        "/api/generations", json={"model": "seedream-4", "prompt": "a lamp", "count": 2}
+    )
+    gid = (await response.json())["id"]
+    with worker_process(env):
+        done = await wait_for_status(client, gid, {"succeeded", "failed"}, 30)
+    assert (done["status"], done["error"]) == ("failed", "CONTENT_BLOCKED")
+    assert fake.actions("ImageModeration") == 1  # the outputs were in the bucket
+    after = {meta["path"] for meta in await obstore.list(bucket).collect_async()}
+    assert after == before
+    assert await _books(client) == ["grant", "debit", "refund"]

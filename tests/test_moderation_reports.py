@@ -1,0 +1,175 @@
+"""Complaints: anyone reports a square work; an operator keeps, removes or suspends."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis
+
+from service.moderation.log import ModerationLog
+from service.store.embedded import MailCatcher, RedisServer
+
+from .conftest import TEST_SECRET, Client, MakeClient, forget_limits
+from .processes import studio_environ
+from .test_library import make_works
+from .workbench import Finished, new_address, sign_in, studio_command
+
+
+async def _report(client: Client, wid: str, **body: Any) -> tuple[int, Any]:
+    payload = {"reason": "shows a real person", "category": "privacy", **body}
+    response = await client.post(f"/api/square/{wid}/report", json=payload)
+    return response.status, await response.json()
+
+
+async def _published(
+    client: Client, redis: Redis, tmp_path: Path, account: str, count: int
+) -> list[str]:
+    works = await make_works(redis, tmp_path, account, count)
+    for work in works:
+        assert (await client.post(f"/api/works/{work['id']}/publish")).status == 200
+    return [work["id"] for work in works]
+
+
+async def _square(client: Client) -> list[str]:
+    body = await (await client.get("/api/square")).json()
+    return [item["id"] for item in body["items"]]
+
+
+async def test_a_visitor_reports_a_square_work_and_gets_an_id_at_once(
+    studio: MakeClient, mail_server: MailCatcher, redis: Redis, tmp_path: Path
+) -> None:
+    """202 {id, status: received}, no session needed; one log record; still listed."""
+    author, visitor = await studio(), await studio()
+    me = await sign_in(author, mail_server)
+    (wid,) = await _published(author, redis, tmp_path, me["id"], 1)
+    status, body = await _report(visitor, wid)
+    assert status == 202
+    assert body["status"] == "received"
+    assert body["id"].isalnum()
+    assert await _square(visitor) == [wid]  # decided by an operator, not by count
+    (record,) = [r async for r in ModerationLog(redis, 180).read()]
+    assert (record["source"], record["verdict"], record["work"], record["report"]) == (
+        "report",
+        "reported",
+        wid,
+        body["id"],
+    )
+    assert (record["account"], record["field"]) == (me["id"], "privacy")
+    status, _ = await _report(author, wid, category="other")  # signed in: the same
+    assert status == 202
+
+
+async def test_bad_reports_name_their_field_and_a_missing_work_is_404(
+    studio: MakeClient, mail_server: MailCatcher, redis: Redis, tmp_path: Path
+) -> None:
+    """Fields first (400 with field), then the work (404 unless in the square)."""
+    author, visitor = await studio(), await studio()
+    me = await sign_in(author, mail_server)
+    (wid,) = await _published(author, redis, tmp_path, me["id"], 1)
+    (hidden,) = [w["id"] for w in await make_works(redis, tmp_path, me["id"], 1)]
+    for body, field in (
+        ({"reason": ""}, "reason"),
+        ({"reason": "   "}, "reason"),
+        ({"reason": "x" * 501}, "reason"),
+        ({"reason": 5}, "reason"),
+        ({"category": "spam"}, "category"),
+        ({"category": None}, "category"),
+        ({"category": {}}, "category"),
+        ({"category": ["other"]}, "category"),
+    ):
+        assert await _report(visitor, wid, **body) == (
+            400,
+            {"error": "BAD_REQUEST", "field": field},
+        )
+    response = await visitor.post(f"/api/square/{wid}/report", json={"reason": "x"})
+    assert response.status == 400
+    for missing in (hidden, "nope", "a" * 65, "%2e%2e"):
+        assert await _report(visitor, missing) == (404, {"error": "NOT_FOUND"})
+    assert [r async for r in ModerationLog(redis, 180).read()] == []
+
+
+async def test_reports_are_limited_per_address_like_the_square(
+    studio: MakeClient, mail_server: MailCatcher, redis: Redis, tmp_path: Path
+) -> None:
+    """The gallery policy's bucket: a flood from one address is refused with 429."""
+    author = await studio()
+    me = await sign_in(author, mail_server)
+    (wid,) = await _published(author, redis, tmp_path, me["id"], 1)
+    visitor = await studio(
+        STUDIO_LIMITS_GALLERY_QUOTA="3",
+        STUDIO_LIMITS_GALLERY_BURST="2",
+        STUDIO_LIMITS_GALLERY_WINDOW="3600",
+    )
+    await forget_limits(redis)
+    statuses = [(await _report(visitor, wid))[0] for _ in range(4)]
+    assert statuses[:2] == [202, 202]
+    assert statuses[-1] == 429
+
+
+async def test_an_operator_works_the_queue_keep_remove_and_suspend(
+    studio: MakeClient,
+    mail_server: MailCatcher,
+    redis: Redis,
+    redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    """keep leaves it; remove takes it off for good; suspend suspends the author too."""
+    author, visitor = await studio(), await studio()
+    email = new_address()
+    me = await sign_in(author, mail_server, email)
+    kept, removed, last = await _published(author, redis, tmp_path, me["id"], 3)
+    ids = {}
+    for wid in (kept, removed, last):
+        status, body = await _report(visitor, wid)
+        assert status == 202
+        ids[wid] = body["id"]
+    environ = studio_environ(
+        STUDIO_REDIS_URL=redis_server.url, STUDIO_SECRET_KEY=TEST_SECRET
+    )
+
+    async def reports(*args: str) -> Finished:
+        return await studio_command("reports", *args, environ=environ)
+
+    listed = await reports("list", "--open")
+    queue = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert [item["id"] for item in queue] == [ids[kept], ids[removed], ids[last]]
+    assert {item["status"] for item in queue} == {"open"}
+    assert all(item["due_at"] > item["created_at"] for item in queue)
+
+    done = await reports("resolve", ids[kept], "keep", "--note", "satire")
+    assert done.returncode == 0, done.stderr
+    done = await reports("resolve", ids[removed], "remove")
+    assert done.returncode == 0, done.stderr
+    assert (await reports("resolve", ids[removed], "keep")).returncode == 1
+    assert (await reports("resolve", "nosuchreport", "keep")).returncode == 1
+    assert sorted(await _square(visitor)) == sorted([kept, last])
+    mine = await (await author.get(f"/api/works/{removed}")).json()
+    assert mine["published_at"] is None
+    assert mine["removed_at"]
+    again = await author.post(f"/api/works/{removed}/publish")
+    assert again.status == 409
+    assert await again.json() == {"error": "WORK_REMOVED"}
+
+    done = await reports("resolve", ids[last], "suspend", "--note", "repeated")
+    assert done.returncode == 0, done.stderr
+    assert await _square(visitor) == []
+    assert (await author.get("/api/me")).status == 401
+    assert (await reports("list", "--open")).stdout == ""
+    everything = (await reports("list")).stdout.splitlines()
+    assert [json.loads(line)["decision"] for line in everything] == [
+        "keep",
+        "remove",
+        "suspend",
+    ]
+    log = [r async for r in ModerationLog(redis, 180).read()]
+    assert [(r["source"], r["verdict"]) for r in log] == [
+        ("report", "reported"),
+        ("report", "reported"),
+        ("report", "reported"),
+        ("operator", "keep"),
+        ("operator", "remove"),
+        ("report", "suspended"),
+        ("operator", "suspend"),
+    ]
