@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
 
@@ -14,6 +15,9 @@ from service.store.embedded import RedisServer
 from .conftest import SettingsFactory
 from .test_ratelimit_http import _limits, _parsed
 from .workbench import new_address
+
+# Wall-clock budgets: `make test` runs this module after the parallel part, alone.
+pytestmark = pytest.mark.timing
 
 # A cooldown of 2 s beside a bucket of 3 that refills every 0.1 s.
 COOL = Policy("cool", 1, 2, 1)
