@@ -23,6 +23,7 @@ from .account.exports import ExportJobs
 from .account.purger import Purger
 from .app import create_app, freeze_startup_objects
 from .content import Content, content_for
+from .labels.notices import notices
 from .metrics import serve_metrics
 from .payments.context import opened as payments_opened
 from .payments.reconciler import Reconciler
@@ -105,6 +106,8 @@ def serve(settings: Settings, *, workers: int = 1, reuse_port: bool = False) -> 
         _LOGGER.warning("STUDIO_DEMO_UPSTREAM is on: every model runs on the demo")
     if settings.payments.fake:
         _LOGGER.warning("STUDIO_PAYMENTS_FAKE is on: a fake provider takes payments")
+    for notice in notices(settings.workbench.labels):
+        _LOGGER.warning("%s", notice)
     app = create_app(settings, content=content)
     app.on_startup.append(freeze_startup_objects)
     access_log = _access_log(settings)
@@ -224,6 +227,8 @@ def work(settings: Settings) -> None:
     content = content_for(settings)
     if settings.workbench.demo_upstream:
         _LOGGER.warning("STUDIO_DEMO_UPSTREAM is on: every model runs on the demo")
+    for notice in notices(settings.workbench.labels):
+        _LOGGER.warning("%s", notice)
     loop = _new_loop()
     try:
         loop.run_until_complete(_work(settings, content))
