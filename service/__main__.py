@@ -23,6 +23,7 @@ from .account.exports import ExportJobs
 from .account.purger import Purger
 from .app import create_app, freeze_startup_objects
 from .content import Content, content_for
+from .labels.check import add_labels_command, run_labels
 from .labels.notices import notices
 from .metrics import serve_metrics
 from .payments.context import opened as payments_opened
@@ -309,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     commands.add_parser("worker", help="run a worker: generation jobs off the queue")
     operator.add_commands(commands)
+    add_labels_command(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -319,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
             return serve(settings, workers=args.workers, reuse_port=args.reuse_port)
         elif args.command == "worker":
             work(settings)
+        elif args.command == "labels":
+            return run_labels(args, settings)
         elif args.command in (
             "works", "credits", "sessions", "keys", "payments", "account"
         ):  # fmt: skip
