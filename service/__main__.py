@@ -24,13 +24,15 @@ from .account.purger import Purger
 from .app import create_app, freeze_startup_objects
 from .content import Content, content_for
 from .labels.check import add_labels_command, run_labels
-from .labels.notices import notices
+from .labels.local_ca import local_signing_files
+from .labels.notices import notices, require_signing_key
 from .metrics import serve_metrics
 from .payments.context import opened as payments_opened
 from .payments.reconciler import Reconciler
 from .settings import (
     Settings,
     SettingsError,
+    WorkbenchSettings,
     load_settings,
     refuse_fake_payments,
     require_production,
@@ -107,6 +109,7 @@ def serve(settings: Settings, *, workers: int = 1, reuse_port: bool = False) -> 
         _LOGGER.warning("STUDIO_DEMO_UPSTREAM is on: every model runs on the demo")
     if settings.payments.fake:
         _LOGGER.warning("STUDIO_PAYMENTS_FAKE is on: a fake provider takes payments")
+    require_signing_key(settings.workbench.labels)
     for notice in notices(settings.workbench.labels):
         _LOGGER.warning("%s", notice)
     app = create_app(settings, content=content)
@@ -228,6 +231,7 @@ def work(settings: Settings) -> None:
     content = content_for(settings)
     if settings.workbench.demo_upstream:
         _LOGGER.warning("STUDIO_DEMO_UPSTREAM is on: every model runs on the demo")
+    require_signing_key(settings.workbench.labels)
     for notice in notices(settings.workbench.labels):
         _LOGGER.warning("%s", notice)
     loop = _new_loop()
@@ -275,12 +279,26 @@ def dev(settings: Settings) -> None:
             redis_url=redis.url,
             secret_key=secret,
             smtp=dataclasses.replace(smtp, tls="off", username="", password=""),
+            workbench=_dev_workbench(settings, secret),
         )
+        require_signing_key(dev_settings.workbench.labels)
+        for notice in notices(dev_settings.workbench.labels):
+            _LOGGER.warning("%s", notice)
         loop = _new_loop()
         try:
             loop.run_until_complete(_run_until_signal(dev_settings, content))
         finally:
             loop.close()
+
+
+def _dev_workbench(settings: Settings, secret: str) -> WorkbenchSettings:
+    """Label with the dev secret; sign with a local CA's certificate unless set."""
+    labels = dataclasses.replace(settings.workbench.labels, secret_key=secret)
+    if labels.c2pa_cert is None:
+        cert, key = local_signing_files(settings.data_dir)
+        labels = dataclasses.replace(labels, c2pa_cert=cert, c2pa_key=key)
+        _LOGGER.info("C2PA: signing with the local CA's certificate in %s", cert)
+    return dataclasses.replace(settings.workbench, labels=labels)
 
 
 def _positive(text: str) -> int:

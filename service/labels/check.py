@@ -9,8 +9,9 @@ from typing import Final
 
 from ..settings import Settings
 from .carriers import sniff
+from .credentials import read_credentials, trust_anchors
 from .finish import read_labels
-from .implicit import TRAINED, verifies
+from .implicit import TRAINED, LabelError, verifies
 
 OK: Final = 0
 REFUSED: Final = 1
@@ -56,4 +57,26 @@ def run_labels(args: argparse.Namespace, settings: Settings) -> int:
     print(f"ReservedCode1: {verdict}")
     source = "trainedAlgorithmicMedia" if TRAINED in findings.source_types else "none"
     print(f"IPTC digital source type: {source}")
+    labels = settings.workbench.labels
+    try:
+        anchors = trust_anchors(labels)
+    except LabelError:
+        anchors = None
+    found = read_credentials(data, extension, anchors)
+    if found is None:
+        print("C2PA: none")
+    else:
+        made = ", ".join(
+            f"{action.get('action')} ({_last(action.get('digitalSourceType'))})"
+            for action in found.actions
+        )
+        print(
+            f"C2PA: {found.state}; {found.manifests} manifest(s);"
+            f" by {found.generator}; {made or 'no actions'}"
+        )
     return OK if verdict == "verifies" else REFUSED
+
+
+def _last(uri: object) -> str:
+    """The last segment of a code's URI: trainedAlgorithmicMedia."""
+    return str(uri or "").rsplit("/", 1)[-1]

@@ -14,6 +14,7 @@ from PIL import Image, ImageOps
 
 from ..settings import LabelsSettings
 from .carriers import encode_image, mp4_aigc, xmp_box, xmp_packets
+from .credentials import GOOD_STATES, read_credentials, sign, trust_anchors
 from .explicit import draw_label
 from .implicit import (
     TRAINED,
@@ -100,8 +101,13 @@ def label_master(
 def seal(
     settings: LabelsSettings, data: bytes, extension: str, label: dict[str, str]
 ) -> bytes:
-    """Check a labeled file as stored: the last step, nothing may change it after."""
+    """Sign a labeled file (C2PA, when configured) and check it as it is stored."""
+    data = sign(settings, data, extension, f"{label['ProduceID']}.{extension}")
     _verify(settings, data, extension, label)
+    if settings.c2pa_cert is not None:
+        found = read_credentials(data, extension, trust_anchors(settings))
+        if found is None or found.state not in GOOD_STATES or found.manifests != 1:
+            raise LabelError("the C2PA manifest did not read back as signed")
     return data
 
 

@@ -1,8 +1,20 @@
-"""What serve and worker say once at start-up about the labels' settings."""
+"""What serve and worker check and say once at start-up about the labels."""
 
 from __future__ import annotations
 
-from ..settings import PLACEHOLDER_PRODUCER, LabelsSettings
+from ..settings import PLACEHOLDER_PRODUCER, LabelsSettings, SettingsError, variable
+from .credentials import signing_key
+from .implicit import LabelError
+
+
+def require_signing_key(labels: LabelsSettings) -> None:
+    """Stop at start-up on a C2PA chain and key that cannot sign together."""
+    if labels.c2pa_cert is None or labels.c2pa_key is None:
+        return
+    try:
+        signing_key(labels.c2pa_cert, labels.c2pa_key)
+    except LabelError as err:
+        raise SettingsError(f"{variable('labels.c2pa_key')}: {err}") from err
 
 
 def notices(labels: LabelsSettings) -> list[str]:
