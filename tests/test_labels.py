@@ -266,3 +266,28 @@ def test_our_reader_agrees_with_exiftool() -> None:
     findings = read_labels(finished.data, "png")
     assert findings.parsed() == tc260_labels(exiftool(finished.data, "png"))[0]
     assert TEXT in findings.explicit[0]
+
+
+def test_a_turned_photo_is_labeled_upright_and_transparency_is_kept() -> None:
+    """EXIF orientation is applied before the corner is chosen (EXIF is not kept);
+    a palette PNG with transparency stays transparent outside the plate."""
+    exif = Image.Exif()
+    exif[0x0112] = 6  # shown turned 90° clockwise: 200×100 stored, 100×200 seen
+    turned = _encoded(_picture(200, 100, (30, 30, 30)), "JPEG", exif=exif.tobytes())
+    finished = finish(SETTINGS, turned, "jpg", "turned")
+    with Image.open(io.BytesIO(finished.data)) as image:
+        assert image.size == (100, 200)
+        assert not image.getexif()
+        left, top, _, _ = stamp_for(100, 200).box
+        assert left > 50
+        assert top > 100
+    clear = Image.new("P", (120, 80), 0)
+    clear.putpalette([0, 0, 0, 255, 255, 255])
+    png = _encoded(clear, "PNG", transparency=0)
+    finished = finish(SETTINGS, png, "png", "clear")
+    with Image.open(io.BytesIO(finished.data)) as image:
+        assert image.mode == "RGBA"
+        assert image.getpixel((0, 0)) == (0, 0, 0, 0)
+        box = stamp_for(120, 80).box
+        assert image.getpixel((box[0] + 3, box[1] + 3))[3] > 0  # type: ignore[index]
+    assert_one_label(finished.data, "png", SECRET, "clear")

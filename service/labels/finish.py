@@ -8,7 +8,7 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from PIL import Image, ImageOps
 
@@ -26,6 +26,8 @@ from .implicit import (
     xmp_packet,
 )
 from .video import label_video
+
+_RGB: Final = frozenset({"RGB", "RGBA", "P", "L", "LA", "PA"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,9 +84,10 @@ def label_master(
         try:
             with Image.open(io.BytesIO(data)) as source:
                 source.load()
-                icc = source.info.get("icc_profile")
+                # A colour profile stays with the pixels it describes (not CMYK's).
+                icc = source.info.get("icc_profile") if source.mode in _RGB else None
                 image = ImageOps.exif_transpose(source)  # EXIF is not kept
-        except (OSError, ValueError, SyntaxError) as err:
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
             raise LabelError(f"cannot read the picture: {err}") from err
         has_alpha = image.mode in ("RGBA", "LA", "PA") or (
             image.mode == "P" and "transparency" in image.info
