@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from service.labels.credentials import read_credentials, sign
-from service.labels.local_ca import make_chain
+from service.labels.local_ca import local_signing_files, make_chain
 from service.settings import LabelsSettings
 from service.studio.media.demo_art import render_image, render_video
 from service.studio.media.finishing import finish
@@ -176,3 +176,16 @@ async def test_a_key_that_does_not_match_its_certificate_stops_the_worker(
     assert done.returncode == 2
     assert "STUDIO_LABELS_C2PA_KEY" in done.stderr
     assert "does not belong" in done.stderr
+
+
+def test_make_run_makes_its_local_ca_once(tmp_path: Path) -> None:
+    """.data/c2pa/ gets a CA, a chain and a private key (0600) the first time only;
+    files signed with them are trusted under that CA."""
+    cert, key = local_signing_files(tmp_path)
+    first = (cert.read_bytes(), key.read_bytes())
+    assert key.stat().st_mode & 0o777 == 0o600
+    assert local_signing_files(tmp_path) == (cert, key)
+    assert (cert.read_bytes(), key.read_bytes()) == first
+    local = Chain(cert, key, (tmp_path / "c2pa" / "ca.pem").read_text())
+    finished = finish(local.settings(), render_image("q", 1, 64, 64), "png", "dev")
+    _assert_ours(finished.data, "png", local)
