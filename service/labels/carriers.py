@@ -13,7 +13,7 @@ import io
 import struct
 import zlib
 from collections.abc import Iterator
-from typing import Final
+from typing import Final, Literal
 
 from PIL import Image, PngImagePlugin
 
@@ -187,8 +187,8 @@ def xmp_packets(data: bytes, extension: str) -> list[bytes]:
     return readers[extension](data)
 
 
-def sniff(data: bytes) -> str | None:
-    """Tell a file's format by its first bytes."""
+def sniff(data: bytes) -> Literal["png", "jpg", "webp", "mp4"] | None:
+    """Name a file's type by its first bytes (None: not one we make or keep)."""
     if data.startswith(PNG_SIGNATURE):
         return "png"
     if data.startswith(b"\xff\xd8\xff"):
