@@ -155,30 +155,24 @@ def main() -> None:
         print(
             f"1024x1024 PNG: {len(png)} bytes; 5 s 1280x720 24 fps: {len(clip)} bytes"
         )
-        images = {
-            "encode-only": functools.partial(encode_only, png),
-            "unlabeled": functools.partial(unlabeled_image, png),
-        }
-        clips = {
-            "transcode-only": functools.partial(transcode_only, clip),
-            "unlabeled": functools.partial(unlabeled_clip, clip),
-        }
-        for name, settings in (("labels", plain), ("labels + C2PA", signed)):
-            for baseline, action in images.items():
-                ours, theirs = pairs(
-                    functools.partial(finish, settings, png, "png", "bench"),
-                    action,
-                    args.rounds,
-                )
-                report(f"image, {name}", baseline, ours, theirs)
-        for name, settings in (("labels", plain), ("labels + C2PA", signed)):
-            for baseline, action in clips.items():
-                ours, theirs = pairs(
-                    functools.partial(finish, settings, clip, "mp4", "bench"),
-                    action,
-                    args.clip_rounds,
-                )
-                report(f"5 s 720p clip, {name}", baseline, ours, theirs)
+        cases = (
+            ("image", png, "png", args.rounds, {
+                "encode-only": functools.partial(encode_only, png),
+                "unlabeled": functools.partial(unlabeled_image, png),
+            }),
+            ("5 s 720p clip", clip, "mp4", args.clip_rounds, {
+                "transcode-only": functools.partial(transcode_only, clip),
+                "unlabeled": functools.partial(unlabeled_clip, clip),
+            }),
+        )  # fmt: skip
+        for kind, data, extension, rounds, baselines in cases:
+            if rounds < 1:  # --clip-rounds 0: images only
+                continue
+            for name, settings in (("labels", plain), ("labels + C2PA", signed)):
+                labeled = functools.partial(finish, settings, data, extension, "b")
+                for baseline, action in baselines.items():
+                    ours, theirs = pairs(labeled, action, rounds)
+                    report(f"{kind}, {name}", baseline, ours, theirs)
 
 
 if __name__ == "__main__":
