@@ -5,10 +5,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import subprocess
 import tempfile
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Final
+
+import av
+from PIL import Image
 
 TRAINED: Final = (
     "http://cv.iptc.org/newscodes/digitalsourcetype/trainedAlgorithmicMedia"
@@ -79,3 +84,38 @@ def assert_one_label(
     assert label["ReservedCode2"] == ""
     assert source_types(tags) == [TRAINED]
     return label
+
+
+def clip_with_audio(path: Path, seconds: float = 2.0) -> bytes:
+    """An upstream's MP4: H.264 video, AAC audio, and its own AIGC key."""
+    with av.open(
+        str(path), "w", format="mp4", options={"movflags": "+use_metadata_tags"}
+    ) as container:
+        container.metadata["AIGC"] = json.dumps({"Label": "1", "ProduceID": "theirs"})
+        video = container.add_stream("libx264", rate=24)
+        video.width, video.height, video.pix_fmt = 320, 240, "yuv420p"
+        audio = container.add_stream("aac", rate=44100)
+        audio.layout = "mono"
+        frames = round(seconds * 24)
+        for index in range(frames):
+            picture = Image.new("RGB", (320, 240), (index * 5 % 255, 80, 160))
+            frame = av.VideoFrame.from_image(picture)  # type: ignore[no-untyped-call]
+            frame = frame.reformat(format="yuv420p")
+            frame.pts = index
+            container.mux(video.encode(frame))
+        container.mux(video.encode(None))
+        samples = 1024
+        for index in range(round(seconds * 44100 / samples)):
+            tone = bytes(
+                int(127 * math.sin(2 * math.pi * 440 * (index * samples + n) / 44100))
+                & 0xFF
+                for n in range(samples)
+            )
+            sound = av.AudioFrame(format="u8", layout="mono", samples=samples)
+            sound.planes[0].update(tone)
+            sound.sample_rate = 44100
+            sound.pts = index * samples
+            sound.time_base = Fraction(1, 44100)
+            container.mux(audio.encode(sound))
+        container.mux(audio.encode(None))
+    return path.read_bytes()

@@ -6,7 +6,6 @@ import dataclasses
 import io
 import json
 import math
-from fractions import Fraction
 from pathlib import Path
 
 import av
@@ -21,7 +20,7 @@ from service.settings import LabelsSettings
 from service.studio.media.demo_art import render_image, render_video
 from service.studio.media.finishing import finish
 
-from .labels_support import assert_one_label, exiftool, tc260_labels
+from .labels_support import assert_one_label, clip_with_audio, exiftool, tc260_labels
 
 SECRET = "label-test-secret-0123456789abcdef-0123"
 SETTINGS = LabelsSettings(
@@ -154,41 +153,6 @@ def test_an_upstreams_own_label_is_replaced_by_ours() -> None:
         assert not [name for name, _ in tags if name.endswith(":AIGC")]
 
 
-def _clip_with_audio(path: Path, seconds: float = 2.0) -> bytes:
-    """An upstream's MP4: H.264 video, AAC audio, and its own AIGC key."""
-    with av.open(
-        str(path), "w", format="mp4", options={"movflags": "+use_metadata_tags"}
-    ) as container:
-        container.metadata["AIGC"] = json.dumps({"Label": "1", "ProduceID": "theirs"})
-        video = container.add_stream("libx264", rate=24)
-        video.width, video.height, video.pix_fmt = 320, 240, "yuv420p"
-        audio = container.add_stream("aac", rate=44100)
-        audio.layout = "mono"
-        frames = round(seconds * 24)
-        for index in range(frames):
-            picture = _picture(320, 240, (index * 5 % 255, 80, 160))
-            frame = av.VideoFrame.from_image(picture)  # type: ignore[no-untyped-call]
-            frame = frame.reformat(format="yuv420p")
-            frame.pts = index
-            container.mux(video.encode(frame))
-        container.mux(video.encode(None))
-        samples = 1024
-        for index in range(round(seconds * 44100 / samples)):
-            tone = bytes(
-                int(127 * math.sin(2 * math.pi * 440 * (index * samples + n) / 44100))
-                & 0xFF
-                for n in range(samples)
-            )
-            sound = av.AudioFrame(format="u8", layout="mono", samples=samples)
-            sound.planes[0].update(tone)
-            sound.sample_rate = 44100
-            sound.pts = index * samples
-            sound.time_base = Fraction(1, 44100)
-            container.mux(audio.encode(sound))
-        container.mux(audio.encode(None))
-    return path.read_bytes()
-
-
 def _frames(data: bytes) -> list[Image.Image]:
     with av.open(io.BytesIO(data), mode="r") as container:
         return [f.to_image() for f in container.decode(video=0)]  # type: ignore[no-untyped-call]
@@ -208,7 +172,7 @@ def _packets(data: bytes) -> int:
 def test_a_video_is_labeled_on_every_frame_and_keeps_its_audio(tmp_path: Path) -> None:
     """First, middle and last frames show the plate; the AAC track survives; the
     upstream's AIGC key is replaced; the poster carries the label too."""
-    source = _clip_with_audio(tmp_path / "upstream.mp4")
+    source = clip_with_audio(tmp_path / "upstream.mp4")
     finished = finish(SETTINGS, source, "mp4", "clip-1")
     assert finished.video is not None
     width, height, duration = finished.video
