@@ -100,6 +100,10 @@ def serve(settings: Settings, *, workers: int = 1, reuse_port: bool = False) -> 
     """
     require_production(settings)
     content = content_for(settings)  # a fault stops the supervisor, not N workers
+    require_signing_key(settings.workbench.labels)
+    if not reuse_port:  # said once: by the supervisor of `serve --workers N`
+        for notice in notices(settings.workbench.labels):
+            _LOGGER.warning("%s", notice)
     if workers > 1:
         command = [sys.executable, "-m", "service", "serve", "--reuse-port"]
         environ = functools.partial(_worker_environ, settings)
@@ -109,9 +113,6 @@ def serve(settings: Settings, *, workers: int = 1, reuse_port: bool = False) -> 
         _LOGGER.warning("STUDIO_DEMO_UPSTREAM is on: every model runs on the demo")
     if settings.payments.fake:
         _LOGGER.warning("STUDIO_PAYMENTS_FAKE is on: a fake provider takes payments")
-    require_signing_key(settings.workbench.labels)
-    for notice in notices(settings.workbench.labels):
-        _LOGGER.warning("%s", notice)
     app = create_app(settings, content=content)
     app.on_startup.append(freeze_startup_objects)
     access_log = _access_log(settings)
