@@ -122,3 +122,36 @@ async def test_a_vendors_clip_keeps_its_sound_and_gets_our_label(
         assert sum(1 for p in container.demux(audio) if p.size) > 50
     poster = await (await client.get(work["thumb_url"])).read()
     assert_one_label(poster, "webp", TEST_SECRET, work["id"])
+
+
+async def test_an_output_that_cannot_be_labeled_fails_and_stores_nothing(
+    client: Client,
+    fake: FakeFal,
+    settings: Settings,
+    redis: Redis,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Two images, the second a truncated PNG (its magic is right, its pixels are
+    not there): UPSTREAM_FAILED, refunded, and not even the first is stored."""
+    whole = io.BytesIO()
+    Image.new("RGB", (64, 64), "teal").save(whole, format="PNG")
+    cut = whole.getvalue()[: len(whole.getvalue()) // 2]
+    fake.result = {
+        "images": [
+            {"url": fake.serve(name, body, "image/png"), "content_type": "image/png"}
+            for name, body in (("a.png", whole.getvalue()), ("b.png", cut))
+        ],
+        "seed": 1,
+        "has_nsfw_concepts": [False, False],
+    }
+    async with running_worker(redis, settings):
+        generation = await submit(client, model="seedream-4", prompt="x", count=2)
+        done = await finished(client, generation)
+    assert (done["status"], done["error"], done["refunded"]) == (
+        "failed",
+        "UPSTREAM_FAILED",
+        True,
+    )
+    assert "an output could not be labeled" in caplog.text
+    media = settings.workbench.media_dir
+    assert not media.exists() or not [p for p in media.rglob("*") if p.is_file()]

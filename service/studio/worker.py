@@ -371,6 +371,7 @@ class Worker:
         loop = asyncio.get_running_loop()
         works, keys = [], []
         created = iso(now())
+        labeled = []  # every output labeled before any is stored
         for output in outputs:
             work_id = secrets.token_hex(10)  # the labels' ProduceID and PropagateID
             finished = await loop.run_in_executor(
@@ -381,6 +382,8 @@ class Worker:
                 output.extension,
                 work_id,
             )
+            labeled.append((output, work_id, finished))
+        for output, work_id, finished in labeled:
             duration: float | None = None
             if finished.video is not None:
                 width, height, duration = finished.video

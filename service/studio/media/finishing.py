@@ -7,12 +7,17 @@ CPU-bound: the worker runs it in an executor.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+from typing import Final
 
 from ...labels.finish import label_master, seal
-from ...labels.implicit import make_label
+from ...labels.implicit import LabelError, make_label
 from ...settings import LabelsSettings
+from ..upstreams.base import UpstreamError
 from .demo_art import thumbnail_webp, video_info, video_poster
+
+_LOGGER: Final = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,14 +33,21 @@ class Finished:
 def finish(
     settings: LabelsSettings, data: bytes, extension: str, work_id: str
 ) -> Finished:
-    """Label the output as work `work_id`, then make its WebP thumbnail from it."""
-    master = label_master(settings, data, extension, work_id)
-    packet = master.derivative_packet
-    video = None
-    if extension == "mp4":
-        video = video_info(master.data)
-        thumb, _, _ = video_poster(master.data, xmp=packet)
-    else:
-        thumb, _, _ = thumbnail_webp(master.data, xmp=packet)
-    thumb = seal(settings, thumb, "webp", make_label(settings, work_id))
+    """Label the output as work `work_id`, then make its WebP thumbnail from it.
+
+    A file that cannot be labeled is an upstream failure: nothing is stored.
+    """
+    try:
+        master = label_master(settings, data, extension, work_id)
+        packet = master.derivative_packet
+        video = None
+        if extension == "mp4":
+            video = video_info(master.data)
+            thumb, _, _ = video_poster(master.data, xmp=packet)
+        else:
+            thumb, _, _ = thumbnail_webp(master.data, xmp=packet)
+        thumb = seal(settings, thumb, "webp", make_label(settings, work_id))
+    except LabelError as err:
+        _LOGGER.warning("an output could not be labeled: %s", err)
+        raise UpstreamError("UPSTREAM_FAILED", transient=False) from err
     return Finished(master.data, thumb, video)
