@@ -11,6 +11,7 @@ from pathlib import Path
 import av
 import pytest
 from fontTools.ttLib import TTFont
+from hypothesis import given, settings, strategies as st
 from PIL import Image, PngImagePlugin
 
 from service.labels.explicit import FONT_PATH, MIN_CAP_SHARE, TEXT, stamp_for
@@ -255,3 +256,41 @@ def test_a_turned_photo_is_labeled_upright_and_transparency_is_kept() -> None:
         box = stamp_for(120, 80).box
         assert image.getpixel((box[0] + 3, box[1] + 3))[3] > 0  # type: ignore[index]
     assert_one_label(finished.data, "png", SECRET, "clear")
+
+
+_HEADS = {
+    "png": b"\x89PNG\r\n\x1a\n",
+    "jpg": b"\xff\xd8\xff",
+    "webp": b"RIFF\x00\x00\x00\x00WEBP",
+    "mp4": b"\x00\x00\x00\x10ftypisom",
+}
+
+
+def _box(kind: bytes, payload: bytes) -> bytes:
+    return (8 + len(payload)).to_bytes(4, "big") + kind + payload
+
+
+_PARTS = st.one_of(
+    st.binary(max_size=48),
+    st.builds(
+        lambda kind, payload: _box(kind, payload),
+        st.sampled_from([b"moov", b"meta", b"keys", b"ilst", b"uuid", b"hdlr"]),
+        st.binary(max_size=24),
+    ),
+    st.builds(  # a PNG iTXt chunk that claims compressed XMP
+        lambda payload: len(payload).to_bytes(4, "big") + b"iTXt" + payload + b"\0" * 4,
+        st.binary(max_size=32).map(
+            lambda b: b"XML:com.adobe.xmp\x00\x01\x00\x00\x00" + b
+        ),
+    ),
+    st.just(_box(b"moov", _box(b"meta", _box(b"hdlr", b"") + _box(b"keys", b"")))),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(sorted(_HEADS)), st.lists(_PARTS, max_size=5))
+def test_reading_hostile_bytes_never_raises(extension: str, parts: list[bytes]) -> None:
+    """Whatever a file's boxes, chunks and segments say, reading finds no label
+    or some, and never crashes (`labels check` reads any file it is given)."""
+    findings = read_labels(_HEADS[extension] + b"".join(parts), extension)
+    assert isinstance(findings.labels, list)

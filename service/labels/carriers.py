@@ -23,6 +23,8 @@ JPEG_XMP: Final = b"http://ns.adobe.com/xap/1.0/\x00"
 # ISO BMFF `uuid` box of an XMP packet (XMP Specification Part 3, 1.2.7).
 MP4_XMP_UUID: Final = bytes.fromhex("be7acfcb97a942e89c71999491e3afac")
 AIGC_KEY: Final = "AIGC"
+# A compressed XMP packet is inflated to at most this much (no zip bombs).
+MAX_XMP: Final = 4 * 1024 * 1024
 
 
 def encode_image(image: Image.Image, extension: str, packet: bytes) -> bytes:
@@ -67,7 +69,12 @@ def _png_xmp(data: bytes) -> list[bytes]:
         compressed, text = rest[0], rest[2:]
         _, _, text = text.partition(b"\x00")  # language tag
         _, _, text = text.partition(b"\x00")  # translated keyword
-        packets.append(zlib.decompress(text) if compressed else text)
+        if compressed:
+            try:
+                text = zlib.decompressobj().decompress(text, MAX_XMP)
+            except zlib.error:
+                continue
+        packets.append(text)
     return packets
 
 
@@ -150,7 +157,10 @@ def mp4_aigc(data: bytes) -> list[str]:
             if k == b"udta":
                 metas += [(s2, e2) for k2, s2, e2 in boxes(data, s, e) if k2 == b"meta"]
         for meta_start, meta_end in metas:
-            values += _meta_values(data, meta_start, meta_end)
+            try:
+                values += _meta_values(data, meta_start, meta_end)
+            except struct.error:  # a box cut short: it holds no label
+                continue
     return values
 
 

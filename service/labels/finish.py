@@ -1,4 +1,4 @@
-"""Finish a generated file: visible label, encode, TC260 label, read back, verify.
+"""Finish a generated file: visible label, encode, TC260 label, C2PA, read back.
 
 Every step is synchronous and CPU-bound: callers run it in an executor.
 """
@@ -27,7 +27,7 @@ from .implicit import (
 )
 from .video import label_video
 
-_RGB: Final = frozenset({"RGB", "RGBA", "P", "L", "LA", "PA"})
+_PROFILED_MODES: Final = frozenset({"RGB", "RGBA", "P", "L", "LA", "PA"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +85,8 @@ def label_master(
             with Image.open(io.BytesIO(data)) as source:
                 source.load()
                 # A colour profile stays with the pixels it describes (not CMYK's).
-                icc = source.info.get("icc_profile") if source.mode in _RGB else None
+                profiled = source.mode in _PROFILED_MODES
+                icc = source.info.get("icc_profile") if profiled else None
                 image = ImageOps.exif_transpose(source)  # EXIF is not kept
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
             raise LabelError(f"cannot read the picture: {err}") from err
