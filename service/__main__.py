@@ -23,12 +23,16 @@ from .account.exports import ExportJobs
 from .account.purger import Purger
 from .app import create_app, freeze_startup_objects
 from .content import Content, content_for
+from .labels.check import add_labels_command, run_labels
+from .labels.local_ca import local_signing_files
+from .labels.notices import notices, require_signing_key
 from .metrics import serve_metrics
 from .payments.context import opened as payments_opened
 from .payments.reconciler import Reconciler
 from .settings import (
     Settings,
     SettingsError,
+    WorkbenchSettings,
     load_settings,
     refuse_fake_payments,
     require_production,
@@ -96,6 +100,10 @@ def serve(settings: Settings, *, workers: int = 1, reuse_port: bool = False) -> 
     """
     require_production(settings)
     content = content_for(settings)  # a fault stops the supervisor, not N workers
+    require_signing_key(settings.workbench.labels)
+    if not reuse_port:  # said once: by the supervisor of `serve --workers N`
+        for notice in notices(settings.workbench.labels):
+            _LOGGER.warning("%s", notice)
     if workers > 1:
         command = [sys.executable, "-m", "service", "serve", "--reuse-port"]
         environ = functools.partial(_worker_environ, settings)
@@ -224,6 +232,9 @@ def work(settings: Settings) -> None:
     content = content_for(settings)
     if settings.workbench.demo_upstream:
         _LOGGER.warning("STUDIO_DEMO_UPSTREAM is on: every model runs on the demo")
+    require_signing_key(settings.workbench.labels)
+    for notice in notices(settings.workbench.labels):
+        _LOGGER.warning("%s", notice)
     loop = _new_loop()
     try:
         loop.run_until_complete(_work(settings, content))
@@ -269,12 +280,26 @@ def dev(settings: Settings) -> None:
             redis_url=redis.url,
             secret_key=secret,
             smtp=dataclasses.replace(smtp, tls="off", username="", password=""),
+            workbench=_dev_workbench(settings, secret),
         )
+        require_signing_key(dev_settings.workbench.labels)
+        for notice in notices(dev_settings.workbench.labels):
+            _LOGGER.warning("%s", notice)
         loop = _new_loop()
         try:
             loop.run_until_complete(_run_until_signal(dev_settings, content))
         finally:
             loop.close()
+
+
+def _dev_workbench(settings: Settings, secret: str) -> WorkbenchSettings:
+    """Label with the dev secret; sign with a local CA's certificate unless set."""
+    labels = dataclasses.replace(settings.workbench.labels, secret_key=secret)
+    if labels.c2pa_cert is None:
+        cert, key = local_signing_files(settings.data_dir)
+        labels = dataclasses.replace(labels, c2pa_cert=cert, c2pa_key=key)
+        _LOGGER.info("C2PA: signing with the local CA's certificate in %s", cert)
+    return dataclasses.replace(settings.workbench, labels=labels)
 
 
 def _positive(text: str) -> int:
@@ -304,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     commands.add_parser("worker", help="run a worker: generation jobs off the queue")
     operator.add_commands(commands)
+    add_labels_command(commands)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -314,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
             return serve(settings, workers=args.workers, reuse_port=args.reuse_port)
         elif args.command == "worker":
             work(settings)
+        elif args.command == "labels":
+            return run_labels(args, settings)
         elif args.command in (
             "works", "credits", "sessions", "keys", "payments", "account",
             "moderation", "accounts", "reports",

@@ -124,6 +124,24 @@ class ModerationSettings:
     endpoint: str = ""
     # Seconds one call to the provider may take before it is tried again.
     timeout: float = 10.0
+# The GB 45438 code an operator has not set yet: a placeholder of 0s (warned).
+PLACEHOLDER_PRODUCER: Final = "0" * 27
+# Label values (GB 45438 Annex E): printable ASCII without space, '"' or '\\'.
+_LABEL_CODE: Final = re.compile(r"^[!#-\[\]-~]{1,64}$")
+
+
+@dataclass(frozen=True, slots=True)
+class LabelsSettings:
+    """AI labels (CONTRACT §10): who made a work, and the keys that prove it."""
+
+    producer_code: str = PLACEHOLDER_PRODUCER
+    propagator_code: str = PLACEHOLDER_PRODUCER
+    # PEM files of the C2PA signing chain (leaf first) and its key; None: no C2PA.
+    c2pa_cert: Path | None = None
+    c2pa_key: Path | None = None
+    # STUDIO_SECRET_KEY and the key it replaced: ReservedCode1's HMAC keys.
+    secret_key: str = field(default="", repr=False)
+    secret_key_previous: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +169,7 @@ class WorkbenchSettings:
     daily_credits: int = 10
     # The workers log upstreams' refusals too.
     moderation: ModerationSettings = ModerationSettings()
+    labels: LabelsSettings = LabelsSettings()
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,6 +352,7 @@ def _build(raw: Mapping[str, Any]) -> Settings:
             square_read_budget=_number(raw, "square.read_budget", 0.01, 5.0),
             upstreams=_upstreams(raw),
             moderation=_moderation(raw),
+            labels=_labels(raw, secret_key, secret_key_previous),
         ),
         payments=_payments(raw),
         limits=_policies(raw),
@@ -377,6 +397,44 @@ def _moderation(raw: Mapping[str, Any]) -> ModerationSettings:
         endpoint=endpoint,
         timeout=_number(raw, "moderation.timeout", 0.1, 120.0),
     )
+
+
+def _labels(raw: Mapping[str, Any], secret: str, previous: str) -> LabelsSettings:
+    """Read the label codes and the C2PA files (both files or neither)."""
+    codes = {}
+    for key in ("labels.producer_code", "labels.propagator_code"):
+        code = _text(raw, key)
+        if code and not _LABEL_CODE.match(code):
+            raise SettingsError(
+                f'{variable(key)}: 1-64 printable ASCII characters, no space, " or \\'
+            )
+        codes[key] = code
+    producer = codes["labels.producer_code"] or PLACEHOLDER_PRODUCER
+    cert, private = _file(raw, "labels.c2pa_cert"), _file(raw, "labels.c2pa_key")
+    if (cert is None) != (private is None):
+        raise SettingsError(
+            f"{variable('labels.c2pa_cert')}, {variable('labels.c2pa_key')}:"
+            " set both or neither"
+        )
+    return LabelsSettings(
+        producer_code=producer,
+        propagator_code=codes["labels.propagator_code"] or producer,
+        c2pa_cert=cert,
+        c2pa_key=private,
+        secret_key=secret,
+        secret_key_previous=previous,
+    )
+
+
+def _file(raw: Mapping[str, Any], key: str) -> Path | None:
+    """Return an existing file (absolute), or None when the setting is empty."""
+    text = _text(raw, key)
+    if not text:
+        return None
+    path = Path(text).absolute()
+    if not path.is_file():
+        raise SettingsError(f"{variable(key)}: {path} is not a file")
+    return path
 
 
 def _directory(raw: Mapping[str, Any], key: str) -> Path | None:

@@ -11,7 +11,7 @@ import time
 import urllib.error
 import urllib.request
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 from service.settings import ROOT
@@ -92,7 +92,10 @@ def wait_until_healthy(
 
 @contextmanager
 def running(
-    command: str, variables: Mapping[str, str], timeout: float = 20.0
+    command: str,
+    variables: Mapping[str, str],
+    timeout: float = 20.0,
+    arguments: Sequence[str] = (),
 ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """Start `python -m service COMMAND` on a free port and yield its base URL."""
     port = free_port()
@@ -101,7 +104,7 @@ def running(
         STUDIO_PORT=str(port), STUDIO_BASE_URL=base_url, **dict(variables)
     )
     process = subprocess.Popen(
-        [sys.executable, "-m", "service", command],
+        [sys.executable, "-m", "service", command, *arguments],
         cwd=ROOT,
         env=environ,
         stdout=subprocess.PIPE,

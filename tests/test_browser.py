@@ -43,6 +43,7 @@ from .browser_support import (
     CHROMIUM_ARGS,
     DESKTOP,
     MOBILE,
+    SCREENSHOTS,
     SKIP_REASON,
     Watch,
     assert_accessible,
@@ -365,7 +366,7 @@ async def test_a_visitor_browses_the_square_and_is_asked_to_sign_in_to_favorite(
     await page.get_by_role("radio", name="Most favorited").check()
     await expect(tiles.first).to_have_attribute("data-id", published.top["id"])
     await tiles.first.get_by_role("button").click()
-    image = viewer.locator("#v-media > *")
+    image = viewer.locator("#v-media > :not(.ai-badge)")
     await expect(image).to_have_attribute("src", published.top["media_url"])
     await expect(viewer).to_contain_text(published.top["prompt"])
     await expect(viewer).to_contain_text("Seedream 4.0")
@@ -761,3 +762,54 @@ async def test_a_person_signs_in_through_a_proof_of_work_when_mail_runs_low(
     finally:
         await redis.delete(key)
         await redis.aclose()
+
+
+async def test_every_work_and_player_shows_the_ai_badge(
+    live: Live, published: Published
+) -> None:
+    """The square's tiles, the viewer (picture and video player) and the work page
+    say AI-generated beside every work; the stored picture shows AI生成 itself."""
+    for viewport in (DESKTOP, MOBILE):
+        page, seen = await live.context_page(viewport)
+        await page.goto(f"{live.url}/studio")
+        tiles = page.locator("#square-grid > li")
+        await expect(tiles.first).to_be_visible()
+        badges = page.locator("#square-grid .ai-badge")
+        unbadged = page.locator("#square-grid > li:not(:has(.ai-badge))")
+        await expect(unbadged).to_have_count(0)
+        await expect(badges.first).to_have_text("AI-generated")
+        await expect(badges.first).to_be_visible()
+        await screenshot(page, "square-badge")
+        viewer = page.locator("#viewer")
+        await page.get_by_role("radio", name="Videos").check()
+        await tiles.last.get_by_role("button").click()
+        await expect(viewer.locator("video")).to_be_visible()
+        await expect(viewer.locator("#v-media .ai-badge")).to_be_visible()
+        await screenshot(page, "player-badge")
+        await page.keyboard.press("Escape")
+        await page.get_by_role("radio", name="Images").check()
+        await expect(page.locator("#square-grid .tile .badge")).to_have_count(0)
+        await expect(tiles.first).to_be_visible()
+        work_id = await tiles.first.get_attribute("data-id")
+        await tiles.first.get_by_role("button").click()
+        await expect(viewer.locator("#v-media > img")).to_be_visible()
+        await expect(viewer.locator("#v-media .ai-badge")).to_have_text("AI-generated")
+        await screenshot(page, "viewer-badge")
+        await assert_accessible(page, "viewer-badge", live.axe)
+        seen.expect_status(404, "/favicon.ico")  # the public pages name no icon
+        await page.goto(f"{live.url}/square/{work_id}")
+        work_badge = page.locator(".work-media .ai-badge")
+        await expect(work_badge).to_have_text("AI生成 · AI-generated")
+        await expect(page.locator("main")).to_contain_text(
+            "“AI生成” in the bottom-right"
+        )
+        await screenshot(page, "work-badge")
+        await page.context.close()
+        seen.assert_clean()
+    page, seen = await live.context_page(locale="zh-CN")
+    await page.goto(f"{live.url}/studio")
+    await expect(page.locator("#square-grid .ai-badge").first).to_have_text("AI生成")
+    await page.context.close()
+    seen.assert_clean()
+    media = await live.client.get(published.top["media_url"])
+    (SCREENSHOTS / "labeled-image.png").write_bytes(await media.read())

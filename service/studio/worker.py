@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import functools
 import json
 import logging
 import os
@@ -29,7 +28,7 @@ from ..store.connect import STORE_ERRORS
 from ..store.pubsub import Subscriber
 from .generations import GenerationStore
 from .ledger import account_key, iso, now, text
-from .media.demo_art import thumbnail_webp, video_info, video_poster
+from .media.finishing import finish
 from .media.store import CONTENT_TYPES, MediaStore, new_key
 from .positions import Timings
 from .queue import CANCEL_CHANNEL, READY_CHANNEL, JobQueue
@@ -410,24 +409,30 @@ class Worker:
         loop = asyncio.get_running_loop()
         works, keys = [], []
         created = iso(now())
+        labeled = []  # every output labeled before any is stored
         for output in outputs:
+            work_id = secrets.token_hex(10)  # the labels' ProduceID and PropagateID
+            finished = await loop.run_in_executor(
+                None,
+                finish,
+                self.settings.labels,
+                output.data,
+                output.extension,
+                work_id,
+            )
+            labeled.append((output, work_id, finished))
+        for output, work_id, finished in labeled:
             duration: float | None = None
-            if output.extension == "mp4":
-                width, height, duration = await loop.run_in_executor(
-                    None, video_info, output.data
-                )
-                thumb, _, _ = await loop.run_in_executor(
-                    None, video_poster, output.data
-                )
+            if finished.video is not None:
+                width, height, duration = finished.video
             else:
-                thumb, _, _ = await loop.run_in_executor(None, _thumbnail, output.data)
                 width, height = _size(fields["size"])
             key, thumb_key = new_key(output.extension), new_key("webp")
-            await self.media.put(key, output.data)
-            await self.media.put(thumb_key, thumb)
+            await self.media.put(key, finished.data)
+            await self.media.put(thumb_key, finished.thumb)
             keys += [key, thumb_key]
             work: dict[str, Any] = {
-                "id": secrets.token_hex(10),
+                "id": work_id,
                 "generation_id": gid,
                 "kind": fields["kind"],
                 "model": fields["model"],
@@ -508,12 +513,6 @@ class Worker:
             if running.gid == gid and not running.task.done():
                 running.canceled = True
                 running.task.cancel()
-
-
-@functools.lru_cache(maxsize=16)
-def _thumbnail(data: bytes) -> tuple[bytes, int, int]:
-    """Thumbnail an image once: a seed and prompt give the same image every time."""
-    return thumbnail_webp(data)
 
 
 def _size(size: str) -> tuple[int, int]:

@@ -3,6 +3,11 @@ import { h } from './dom.js';
 import { t } from './i18n.js';
 import { describe } from './api.js';
 
+/** The AI-generated badge every work shows beside it (CONTRACT §10). */
+export function aiBadge() {
+  return h('span', { class: 'ai-badge', text: t('ai_badge'), title: t('ai_badge_title') });
+}
+
 const MARGIN = 800;
 
 export class Feed {
@@ -102,6 +107,7 @@ export class Feed {
         on: { click: (event) => this.open(this, this.indexOf(work.id, index), event.currentTarget) },
       },
       h('img', { src: work.thumb_url, alt: label, loading: 'lazy', decoding: 'async', width: 512, height: 512 }),
+      aiBadge(),
       work.kind === 'video' ? h('span', { class: 'badge', text: t('video_badge', { s: Math.round(work.duration || 0) }) }) : null,
       work.published_at && 'generation_id' in work ? h('span', { class: 'flag', text: t('published_badge') }) : null));
   }

@@ -6,6 +6,7 @@ import { state, emit, modelName } from './state.js';
 import { requireSession } from './auth.js';
 import { shelf, currentCollection, keep } from './collections.js';
 import { openReport } from './report.js';
+import { aiBadge } from './feed.js';
 
 const dialog = $('#viewer');
 const media = $('#v-media');
@@ -47,7 +48,8 @@ function render() {
   const [w, hgt] = [work.width, work.height];
   media.replaceChildren(work.kind === 'video'
     ? h('video', { src: work.media_url, poster: work.thumb_url, controls: true, playsinline: true, preload: 'metadata', width: w, height: hgt, 'aria-label': work.prompt })
-    : h('img', { src: work.media_url, alt: work.prompt, width: w, height: hgt }));
+    : h('img', { src: work.media_url, alt: work.prompt, width: w, height: hgt }),
+    aiBadge());
   const rows = [
     ['prompt', work.prompt],
     ['model', modelName(work.model)],

@@ -196,8 +196,8 @@ def render_video(
         return path.read_bytes()
 
 
-def _webp(image: Image.Image, max_side: int) -> tuple[bytes, int, int]:
-    """Shrink (never enlarge) and encode as WebP q80, keeping no metadata."""
+def _webp(image: Image.Image, max_side: int, xmp: bytes) -> tuple[bytes, int, int]:
+    """Shrink (never enlarge) and encode as WebP q80 with only the given XMP."""
     image = ImageOps.exif_transpose(image)  # upright first: EXIF is not kept
     has_alpha = image.mode in ("RGBA", "LA", "PA") or (
         image.mode == "P" and "transparency" in image.info
@@ -205,24 +205,29 @@ def _webp(image: Image.Image, max_side: int) -> tuple[bytes, int, int]:
     image = image.convert("RGBA" if has_alpha else "RGB")
     image.thumbnail((max_side, max_side), Image.Resampling.LANCZOS)
     buffer = io.BytesIO()
-    image.save(buffer, format="WEBP", quality=80)  # no exif/icc/xmp arguments
+    extra = {"xmp": xmp} if xmp else {}
+    image.save(buffer, format="WEBP", quality=80, **extra)  # no exif, no icc
     return buffer.getvalue(), image.width, image.height
 
 
-def thumbnail_webp(image_bytes: bytes, max_side: int = 512) -> tuple[bytes, int, int]:
+def thumbnail_webp(
+    image_bytes: bytes, max_side: int = 512, xmp: bytes = b""
+) -> tuple[bytes, int, int]:
     """Make a gallery-sized WebP of an image; returns (bytes, width, height)."""
     with Image.open(io.BytesIO(image_bytes)) as image:
         image.draft("RGB", (max_side, max_side))  # JPEG: decode at a smaller scale
-        return _webp(image, max_side)
+        return _webp(image, max_side, xmp)
 
 
-def video_poster(video_bytes: bytes, max_side: int = 512) -> tuple[bytes, int, int]:
+def video_poster(
+    video_bytes: bytes, max_side: int = 512, xmp: bytes = b""
+) -> tuple[bytes, int, int]:
     """Make the clip's first frame into a WebP poster; returns (bytes, w, h)."""
     with av.open(io.BytesIO(video_bytes), mode="r") as container:
         stream = container.streams.video[0]
         for frame in container.decode(stream):
             image: Image.Image = frame.to_image()  # type: ignore[no-untyped-call]
-            return _webp(image, max_side)
+            return _webp(image, max_side, xmp)
     raise ValueError("the video has no frames")
 
 

@@ -26,6 +26,7 @@ from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 
+from ...labels.carriers import sniff as sniff  # the type by its first bytes
 from .base import Output
 from .http import (
     TRANSIENT_STATUSES,
@@ -38,25 +39,11 @@ from .http import (
 )
 
 Kind = Literal["image", "video"]
-Extension = Literal["png", "jpg", "webp", "mp4"]
 
 LIMITS: Final[dict[Kind, int]] = {"image": 50 * 1024 * 1024, "video": 500 * 1024 * 1024}
 MAX_REDIRECTS: Final = 3
 # Types that are never media, whatever the body's first bytes say.
 _NOT_MEDIA: Final = ("text/", "application/json", "application/xml", "html", "svg")
-
-
-def sniff(data: bytes) -> Extension | None:
-    """Name the type of a file from its first bytes (None: not one we keep)."""
-    if data.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "png"
-    if data.startswith(b"\xff\xd8\xff"):
-        return "jpg"
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "webp"
-    if data[4:8] == b"ftyp":
-        return "mp4"
-    return None
 
 
 def checked(data: bytes, kind: Kind) -> Output:

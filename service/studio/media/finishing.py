@@ -1,0 +1,53 @@
+"""Finish one output before it is stored: labeled master, labeled thumbnail.
+
+Thumbnails and posters are made from the labeled master, so they show its
+visible label, and carry its TC260 label too (CONTRACT §10). Synchronous and
+CPU-bound: the worker runs it in an executor.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Final
+
+from ...labels.finish import label_master, seal
+from ...labels.implicit import LabelError, make_label
+from ...settings import LabelsSettings
+from ..upstreams.base import UpstreamError
+from .demo_art import thumbnail_webp, video_info, video_poster
+
+_LOGGER: Final = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The files to store for one output, and what a work says about its size."""
+
+    data: bytes
+    thumb: bytes
+    # A clip's own size and length; None for pictures (the request's size stands).
+    video: tuple[int, int, float] | None
+
+
+def finish(
+    settings: LabelsSettings, data: bytes, extension: str, work_id: str
+) -> Finished:
+    """Label the output as work `work_id`, then make its WebP thumbnail from it.
+
+    A file that cannot be labeled is an upstream failure: nothing is stored.
+    """
+    try:
+        master = label_master(settings, data, extension, work_id)
+        packet = master.derivative_packet
+        video = None
+        if extension == "mp4":
+            video = video_info(master.data)
+            thumb, _, _ = video_poster(master.data, xmp=packet)
+        else:
+            thumb, _, _ = thumbnail_webp(master.data, xmp=packet)
+        thumb = seal(settings, thumb, "webp", make_label(settings, work_id))
+    except LabelError as err:
+        _LOGGER.warning("an output could not be labeled: %s", err)
+        raise UpstreamError("UPSTREAM_FAILED", transient=False) from err
+    return Finished(master.data, thumb, video)
