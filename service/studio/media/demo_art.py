@@ -21,6 +21,8 @@ from av.video.frame import VideoFrame
 from av.video.reformatter import VideoReformatter
 from PIL import Image, ImageDraw, ImageFont, ImageOps
 
+from ...heap import releasing
+
 CAPTION_CHARS: Final = 60
 PROGRESS_CALLS: Final = 20
 _RGB = tuple[int, int, int]
@@ -105,6 +107,7 @@ def _caption(image: Image.Image, prompt: str) -> None:
     )
 
 
+@releasing
 def render_image(prompt: str, seed: int, width: int, height: int) -> bytes:
     """Draw the demo picture as a PNG, byte-identical for the same inputs."""
     if width < 1 or height < 1:
@@ -123,6 +126,7 @@ def _encoder() -> Literal["libx264", "h264"]:
     return "libx264" if "libx264" in av.codecs_available else "h264"
 
 
+@releasing
 def render_video(
     prompt: str,
     seed: int,
@@ -209,6 +213,7 @@ def _webp(image: Image.Image, max_side: int) -> tuple[bytes, int, int]:
     return buffer.getvalue(), image.width, image.height
 
 
+@releasing
 def thumbnail_webp(image_bytes: bytes, max_side: int = 512) -> tuple[bytes, int, int]:
     """Make a gallery-sized WebP of an image; returns (bytes, width, height)."""
     with Image.open(io.BytesIO(image_bytes)) as image:
@@ -216,6 +221,7 @@ def thumbnail_webp(image_bytes: bytes, max_side: int = 512) -> tuple[bytes, int,
         return _webp(image, max_side)
 
 
+@releasing
 def video_poster(video_bytes: bytes, max_side: int = 512) -> tuple[bytes, int, int]:
     """Make the clip's first frame into a WebP poster; returns (bytes, w, h)."""
     with av.open(io.BytesIO(video_bytes), mode="r") as container:
