@@ -147,7 +147,8 @@ def test_each_accept_of_the_negotiation_table_gets_the_apps_bytes_from_the_cache
     # The contract's named cases are all answered by nginx itself.
     named = {None, "*/*", "text/*", CHROME, "application/json", "garbage"}
     named |= {"text/markdown", "text/markdown, text/html, */*"}
-    named |= {"text/html, text/markdown"}
+    named |= {"text/html, text/markdown", "text/html, text/markdown;q=0.5"}
+    named |= {"text/markdown, text/html;q=0.9, */*;q=0.1"}
     assert named <= hits
 
 
