@@ -271,7 +271,7 @@ async def test_a_document_rendered_again_at_a_retirement_is_fresh_within_max_age
     aiohttp_server: AiohttpServer, make_settings: SettingsFactory
 ) -> None:
     """Cached before midnight; MAX_AGE after it, nginx serves the new edition."""
-    offset = midnight(RETIRES) - dt.timedelta(seconds=3) - utc_now()
+    offset = midnight(RETIRES) - dt.timedelta(seconds=5) - utc_now()
 
     def clock() -> dt.datetime:
         return utc_now() + offset
