@@ -306,3 +306,22 @@ async def test_a_document_rendered_again_at_a_retirement_is_fresh_within_max_age
                 status, text = await fetch(headers)
                 assert status == "HIT"
                 assert NAME not in text
+
+
+async def test_while_the_app_is_down_the_last_copy_is_served_stale(
+    aiohttp_server: AiohttpServer, make_settings: SettingsFactory
+) -> None:
+    """Past its lifetime with no app to revalidate with: the cached bytes, STALE."""
+    server = await aiohttp_server(create_app(make_settings()))
+    with nginx_in_front(f"127.0.0.1:{server.port}") as proxy:
+        async with ClientSession(f"http://127.0.0.1:{proxy.port}") as session:
+            async with session.get("/en") as response:
+                cached = await response.read()
+            await server.close()
+            await asyncio.sleep(MAX_AGE + GRANULARITY + 0.1)
+            async with session.get("/en") as response:
+                assert response.status == 200
+                assert response.headers["X-Cache-Status"] == "STALE"
+                assert await response.read() == cached
+            async with session.get("/terms") as response:  # never cached
+                assert response.status == 502
