@@ -45,7 +45,7 @@ QUEUED = "studio:jobs"
 BODY = {"model": "seedream-4", "prompt": "a lamp on a desk", "seed": 1}
 
 
-def _environ(
+def studio_environ(
     redis_url: str, mail: MailCatcher, media: Path, port: int
 ) -> dict[str, str]:
     environ = {k: v for k, v in os.environ.items() if not k.startswith("STUDIO_")}
@@ -73,7 +73,7 @@ def _environ(
     }
 
 
-def _start(
+def start(
     args: list[str], environ: dict[str, str], cpu: int
 ) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
@@ -85,7 +85,7 @@ def _start(
     )
 
 
-async def _healthy(url: str) -> None:
+async def healthy(url: str) -> None:
     async with aiohttp.ClientSession() as session:
         for _ in range(200):
             try:
@@ -98,7 +98,7 @@ async def _healthy(url: str) -> None:
     raise RuntimeError(f"{url} did not start")
 
 
-async def _sign_in(url: str, mail: MailCatcher, index: int) -> aiohttp.ClientSession:
+async def sign_in(url: str, mail: MailCatcher, index: int) -> aiohttp.ClientSession:
     session = aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
     email = f"bench{index}@example.com"
     async with session.post(f"{url}/api/auth/code", json={"email": email}) as r:
@@ -237,9 +237,11 @@ async def main(per_client: int, rate: float) -> None:
     ):
         redis = Redis.from_url(redis_server.url)
         ours_port, base_port = free_port(), free_port()
-        environ = _environ(redis_server.url, mail, Path(scratch) / "media", ours_port)
-        app = _start(["-m", "service", "serve"], environ, 0)
-        base = _start(
+        environ = studio_environ(
+            redis_server.url, mail, Path(scratch) / "media", ours_port
+        )
+        app = start(["-m", "service", "serve"], environ, 0)
+        base = start(
             [__file__, "--serve-baseline", str(base_port), redis_server.url], environ, 0
         )
         ours_url, base_url = (
@@ -247,9 +249,9 @@ async def main(per_client: int, rate: float) -> None:
             f"http://127.0.0.1:{base_port}",
         )
         try:
-            await _healthy(ours_url)
-            await _healthy(base_url)
-            sessions = [await _sign_in(ours_url, mail, i) for i in range(CLIENTS)]
+            await healthy(ours_url)
+            await healthy(base_url)
+            sessions = [await sign_in(ours_url, mail, i) for i in range(CLIENTS)]
             # warm both, then measure ours and the baseline in turn, twice
             await _submit_latencies(ours_url, sessions, 2)
             await _submit_latencies(base_url, sessions, 2)
@@ -278,13 +280,13 @@ async def main(per_client: int, rate: float) -> None:
         bare_queued = int(await redis.xlen("bench:bare:stream"))
         await redis.xgroup_create("bench:bare:stream", "g", id="0")
 
-        worker = _start(["-m", "service", "worker"], environ, 1)
+        worker = start(["-m", "service", "worker"], environ, 1)
         try:
             ours_rate = await _drain_rate(redis, QUEUED, queued)
         finally:
             worker.terminate()
             worker.wait()
-        drain = _start([__file__, "--drain-baseline", redis_server.url], environ, 1)
+        drain = start([__file__, "--drain-baseline", redis_server.url], environ, 1)
         try:
             bare_rate = await _drain_rate(redis, "bench:bare:stream", bare_queued)
         finally:

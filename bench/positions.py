@@ -29,7 +29,7 @@ from pathlib import Path
 
 import aiohttp
 import uvloop
-from jobs import _environ, _healthy, _sign_in, _start
+from jobs import healthy, sign_in, start, studio_environ
 from redis.asyncio import Redis
 
 from service.store.embedded import MailCatcher, RedisServer, free_port
@@ -90,14 +90,14 @@ async def main(requests: int, block: int, queued: int) -> None:
         await fill_the_line(redis, queued - MINE)
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        app = _start(
+        app = start(
             ["-m", "service", "serve"],
-            _environ(redis_server.url, mail, Path(scratch) / "media", port),
+            studio_environ(redis_server.url, mail, Path(scratch) / "media", port),
             0,
         )
         try:
-            await _healthy(url)
-            waiting, done = await _sign_in(url, mail, 0), await _sign_in(url, mail, 1)
+            await healthy(url)
+            waiting, done = await sign_in(url, mail, 0), await sign_in(url, mail, 1)
             for session in (waiting, done):
                 for _ in range(MINE):
                     async with session.post(f"{url}/api/generations", json=BODY) as r:

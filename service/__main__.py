@@ -18,31 +18,19 @@ from typing import Any, Final
 from aiohttp import web
 
 from . import operator
-from .account.deletion import DeletionStore
-from .account.exports import ExportJobs
-from .account.purger import Purger
 from .app import create_app, freeze_startup_objects
 from .content import Content, content_for
-from .labels.check import add_labels_command, run_labels
-from .labels.local_ca import local_signing_files
+from .labels.command import add_labels_command
 from .labels.notices import notices, require_signing_key
-from .metrics import serve_metrics
-from .payments.context import opened as payments_opened
-from .payments.reconciler import Reconciler
 from .settings import (
     Settings,
     SettingsError,
     WorkbenchSettings,
     load_settings,
-    refuse_fake_payments,
     require_production,
     variable,
 )
-from .store.connect import connect
 from .store.embedded import MailCatcher, RedisServer
-from .studio.media.chosen import opened_media_store
-from .studio.upstreams.registry import Upstreams
-from .studio.worker import Worker
 from .supervisor import Supervisor
 from .web.access_log import AccessLog
 from .web.hardening import (
@@ -152,96 +140,6 @@ async def _until_signal() -> None:
     await stop.wait()
 
 
-async def _work(settings: Settings, content: Content) -> None:
-    media = await opened_media_store(settings.workbench)  # first: it may refuse
-    redis = connect(
-        settings.redis_url,
-        cluster=settings.redis_cluster,
-        connect_timeout=1.0,
-        socket_timeout=5.0,
-        retries=3,
-    )
-    upstreams = Upstreams(settings.workbench)
-    workbench = settings.workbench
-    worker = Worker(
-        redis=redis,
-        content=content,
-        settings=workbench,
-        media=media,
-        upstream_for=upstreams,
-        wait_replicas=settings.redis_wait_replicas,
-    )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    _LOGGER.info(
-        "worker %s: %d jobs at once", worker.consumer, workbench.worker_concurrency
-    )
-    try:
-        async with contextlib.AsyncExitStack() as exposed:
-            if settings.metrics_port:
-                await exposed.enter_async_context(
-                    contextlib.asynccontextmanager(serve_metrics)(
-                        worker.metrics, settings.metrics_host, settings.metrics_port
-                    )
-                )
-            # Every worker also follows orders whose payment notice never came.
-            providers, orders, _ = await exposed.enter_async_context(
-                payments_opened(settings, redis)
-            )
-            reconciler = Reconciler(
-                orders,
-                providers,
-                every=settings.payments.reconcile_seconds,
-                after=settings.payments.reconcile_after,
-            )
-            reconciling = asyncio.create_task(reconciler.run(stop), name="reconciler")
-            # ... and builds the exports people ask for ("export my data").
-            exports = ExportJobs(
-                redis,
-                media,
-                lease_seconds=workbench.visibility_timeout,
-                privacy_url=f"{settings.base_url}/privacy",
-            )
-            exporting = asyncio.create_task(exports.run(stop), name="exports")
-            # ... and purges the accounts whose grace period is over.
-            purger = Purger(
-                DeletionStore.build(redis, settings, media),
-                every=settings.account.purge_seconds,
-            )
-            purging = asyncio.create_task(purger.run(stop), name="purger")
-            try:
-                await worker.run(stop)
-            finally:
-                stop.set()
-                await reconciling
-                await exporting
-                await purging
-    finally:
-        await upstreams.aclose()
-        await redis.aclose()
-        _LOGGER.info("worker %s stopped", worker.consumer)
-
-
-def work(settings: Settings) -> None:
-    """Run a worker process: jobs off the queue until SIGTERM, then hand back."""
-    if not settings.redis_url:
-        raise SettingsError("STUDIO_REDIS_URL: required by worker")
-    refuse_fake_payments(settings)
-    content = content_for(settings)
-    if settings.workbench.demo_upstream:
-        _LOGGER.warning("STUDIO_DEMO_UPSTREAM is on: every model runs on the demo")
-    require_signing_key(settings.workbench.labels)
-    for notice in notices(settings.workbench.labels):
-        _LOGGER.warning("%s", notice)
-    loop = _new_loop()
-    try:
-        loop.run_until_complete(_work(settings, content))
-    finally:
-        loop.close()
-
-
 async def _run_until_signal(settings: Settings, content: Content) -> None:
     _harden()
     app = create_app(settings, content=content, embedded_worker=True)
@@ -294,6 +192,8 @@ def dev(settings: Settings) -> None:
 
 def _dev_workbench(settings: Settings, secret: str) -> WorkbenchSettings:
     """Label with the dev secret; sign with a local CA's certificate unless set."""
+    from .labels.local_ca import local_signing_files  # cryptography: dev only
+
     labels = dataclasses.replace(settings.workbench.labels, secret_key=secret)
     if labels.c2pa_cert is None:
         cert, key = local_signing_files(settings.data_dir)
@@ -339,8 +239,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "serve":
             return serve(settings, workers=args.workers, reuse_port=args.reuse_port)
         elif args.command == "worker":
-            work(settings)
+            # Imported here: `serve` never loads the worker's media encoders.
+            from .worker_command import work
+
+            work(settings, _new_loop())
         elif args.command == "labels":
+            from .labels.check import run_labels  # the labels' readers: c2pa, PyAV
+
             return run_labels(args, settings)
         elif args.command in (
             "works", "credits", "sessions", "keys", "payments", "account",

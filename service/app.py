@@ -13,6 +13,7 @@ from .api.setup import install as install_api, setup as setup_api
 from .auth.setup import setup as setup_auth
 from .clock import Clock, utc_now
 from .content import Content, content_for
+from .heap import release_freed_memory
 from .keys import CLOCK, CONTENT, SETTINGS
 from .limits.setup import setup as setup_limits
 from .metrics import setup as setup_metrics
@@ -80,6 +81,7 @@ async def freeze_startup_objects(app: web.Application) -> None:
     """
     gc.collect()
     gc.freeze()
+    release_freed_memory()  # what rendering the documents took and let go
 
 
 def create_app(

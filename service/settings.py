@@ -15,7 +15,6 @@ from urllib.parse import urlsplit
 from email_validator import EmailNotValidError, validate_email
 
 from .limits.limiter import Policy
-from .payments.signing import BadKey, load_private_key, load_public_key
 from .store.connect import CLUSTER_SCHEMES
 
 PACKAGE: Final = Path(__file__).resolve().parent
@@ -124,6 +123,8 @@ class ModerationSettings:
     endpoint: str = ""
     # Seconds one call to the provider may take before it is tried again.
     timeout: float = 10.0
+
+
 # The GB 45438 code an operator has not set yet: a placeholder of 0s (warned).
 PLACEHOLDER_PRODUCER: Final = "0" * 27
 # Label values (GB 45438 Annex E): printable ASCII without space, '"' or '\\'.
@@ -758,6 +759,9 @@ def _pem(raw: Mapping[str, Any], key: str, *, private: bool) -> str:
     one; the bare base64 body the providers' consoles show is accepted too.
     """
     text = _text(raw, key).replace("\\n", "\n")
+    # Here, not at the top: only a configured channel loads cryptography.
+    from .payments.signing import BadKey, load_private_key, load_public_key
+
     try:
         (load_private_key if private else load_public_key)(text)
     except BadKey as err:

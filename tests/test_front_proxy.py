@@ -5,9 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import shutil
-import subprocess
-import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -16,21 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from service.settings import ROOT
-from service.store.embedded import RedisServer, free_port
+from service.store.embedded import RedisServer
 from service.web.hardening import raise_open_files_limit
 
 from .conftest import TEST_SECRET
+from .nginx import NGINX, nginx_in_front
 from .processes import Output, output_of, running
 
-NGINX = shutil.which("nginx") or next(
-    (
-        path
-        for path in ("/usr/sbin/nginx", "/usr/local/sbin/nginx")
-        if Path(path).exists()
-    ),
-    None,
-)
 # Wall-clock budgets: `make test` runs this module after the parallel part, alone.
 pytestmark = [
     pytest.mark.skipif(
@@ -38,7 +27,6 @@ pytestmark = [
     ),
     pytest.mark.timing,
 ]
-CONFIG = ROOT / "deploy" / "nginx.conf"
 # deploy/nginx.conf's timeouts; the proxy must have cut a stalled client by then.
 HEADER_TIMEOUT = 10.0
 BODY_TIMEOUT = 10.0
@@ -56,41 +44,6 @@ class Stack:
     proxy_log: Path
 
 
-def _config(directory: Path, port: int, upstream: str) -> Path:
-    """Write deploy/nginx.conf with test ports and a private prefix for temp files."""
-    text = CONFIG.read_text()
-    for marker, line in (
-        ("server app:8080;  # test: upstream", f"server {upstream};"),
-        ("listen 8080;  # test: listen", f"listen 127.0.0.1:{port};"),
-        ("/var/log/nginx/access.log", str(directory / "access.log")),
-    ):
-        assert text.count(marker) == 1, f"deploy/nginx.conf lost {marker!r}"
-        text = text.replace(marker, line)
-    temp = "".join(
-        f"    {kind}_temp_path {directory / kind};\n"
-        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-    )
-    assert text.count("http {\n") == 1
-    text = text.replace("http {\n", "http {\n" + temp)
-    path = directory / "nginx.conf"
-    path.write_text(text)
-    return path
-
-
-def _wait_for_port(port: int, process: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"nginx exited:\n{log.read_text()}")
-        with contextlib.suppress(OSError):
-            urllib.request.urlopen(
-                f"http://127.0.0.1:{port}/healthz", timeout=1
-            ).close()
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"nginx did not answer:\n{log.read_text()}")
-
-
 @pytest.fixture(scope="module")
 def stack(redis_server: RedisServer) -> Iterator[Stack]:
     """Start `serve` trusting the proxy, then nginx with deploy/nginx.conf before it."""
@@ -103,30 +56,11 @@ def stack(redis_server: RedisServer) -> Iterator[Stack]:
         "STUDIO_SECRET_KEY": TEST_SECRET,
         "STUDIO_TRUSTED_PROXIES": "127.0.0.1/32",
     }
-    with running("serve", variables) as (base, process):
-        directory = Path(tempfile.mkdtemp(prefix="studio-nginx-"))
-        directory.chmod(0o755)  # workers run as another user when we are root
-        port = free_port()
-        config = _config(directory, port, base.removeprefix("http://"))
-        log = directory / "nginx.log"
-        with log.open("wb") as sink:
-            proxy = subprocess.Popen(
-                [NGINX, "-e", "stderr", "-p", str(directory), "-c", str(config),
-                 "-g", f"daemon off; pid {directory / 'nginx.pid'};"],
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-            )  # fmt: skip
-        try:
-            _wait_for_port(port, proxy, log)
-            yield Stack(port=port, app=output_of(process), proxy_log=log)
-        finally:
-            proxy.terminate()
-            try:
-                proxy.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proxy.kill()
-                proxy.wait()
-            shutil.rmtree(directory, ignore_errors=True)
+    with (
+        running("serve", variables) as (base, process),
+        nginx_in_front(base.removeprefix("http://")) as proxy,
+    ):
+        yield Stack(port=proxy.port, app=output_of(process), proxy_log=proxy.log)
 
 
 async def _hold(port: int, source: str, send: bytes, drip: bytes = b"") -> float:

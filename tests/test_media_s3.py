@@ -32,7 +32,8 @@ from service.app import create_app
 from service.settings import ROOT, MediaS3Settings, SettingsError, load_settings
 from service.store.embedded import MailCatcher, RedisServer
 from service.studio.keys import MEDIA
-from service.studio.media.s3 import MediaRefused, RangeNotSatisfiable, S3MediaStore
+from service.studio.media.faults import MediaRefused, RangeNotSatisfiable
+from service.studio.media.s3 import S3MediaStore
 from service.studio.media.store import MissingMedia, new_export_key, new_key
 
 from .conftest import Client, SettingsFactory

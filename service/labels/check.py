@@ -17,17 +17,6 @@ OK: Final = 0
 REFUSED: Final = 1
 
 
-def add_labels_command(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser],
-) -> None:
-    """Declare `labels check FILE`."""
-    labels = commands.add_parser("labels", help="AI labels on files (CONTRACT §10)")
-    actions = labels.add_subparsers(dest="labels_command", required=True)
-    actions.add_parser(
-        "check", help="print a file's labels; exit 0 only if its TC260 label verifies"
-    ).add_argument("file", type=Path)
-
-
 def run_labels(args: argparse.Namespace, settings: Settings) -> int:
     """Print the explicit label's record, the TC260 JSON, its check, C2PA."""
     path: Path = args.file

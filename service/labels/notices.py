@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ..settings import PLACEHOLDER_PRODUCER, LabelsSettings, SettingsError, variable
-from .credentials import signing_key
 from .implicit import LabelError
 
 
@@ -11,6 +10,9 @@ def require_signing_key(labels: LabelsSettings) -> None:
     """Stop at start-up on a C2PA chain and key that cannot sign together."""
     if labels.c2pa_cert is None or labels.c2pa_key is None:
         return
+    # Only a configured chain loads c2pa and cryptography: serve stays lean.
+    from .credentials import signing_key
+
     try:
         signing_key(labels.c2pa_cert, labels.c2pa_key)
     except LabelError as err:

@@ -18,9 +18,7 @@ from ..store.connect import STORE_ERRORS
 from ..studio.context import EMBEDDED_WORKER
 from .keys import ORDERS, PROVIDERS
 from .orders import OrderStore
-from .providers.alipay import AlipayConfig, AlipayProvider
 from .providers.base import Provider
-from .providers.wechatpay import WechatPayConfig, WechatPayProvider
 from .reconciler import Reconciler
 
 if TYPE_CHECKING:
@@ -46,7 +44,10 @@ def real_providers(
 ) -> dict[str, Provider]:
     """Build the adapters of the channels whose settings are complete."""
     providers: dict[str, Provider] = {}
+    # Each channel's adapter (and its cryptography) is loaded only when set.
     if (alipay := settings.alipay) is not None:
+        from .providers.alipay import AlipayConfig, AlipayProvider
+
         providers["alipay"] = AlipayProvider(
             AlipayConfig(
                 app_id=alipay.app_id,
@@ -58,6 +59,8 @@ def real_providers(
             session,
         )
     if (wechatpay := settings.wechatpay) is not None:
+        from .providers.wechatpay import WechatPayConfig, WechatPayProvider
+
         providers["wechatpay"] = WechatPayProvider(
             WechatPayConfig(
                 mchid=wechatpay.mchid,
@@ -79,6 +82,8 @@ async def fake_providers(
 ) -> tuple[dict[str, Provider], FakeGateway]:
     """Both channels played by the fake, with the keys every process shares."""
     from .fake import FakeGateway, FakeKeys  # only ever loaded when the fake is on
+    from .providers.alipay import AlipayProvider
+    from .providers.wechatpay import WechatPayProvider
 
     keys = await FakeKeys.shared(redis)
     # Browsers follow Alipay's checkout URL, so an app process names the public

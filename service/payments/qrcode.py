@@ -6,7 +6,6 @@ import io
 import json
 from typing import Final
 
-import segno
 from aiohttp import web
 
 from ..api.boundary import ApiBoundary
@@ -24,6 +23,8 @@ BORDER: Final = 4
 
 def qr_svg(text: str) -> bytes:
     """Draw text as a QR code: black modules on white, scalable (a viewBox, no size)."""
+    import segno  # here: only a process that draws a code loads it
+
     code = segno.make(text, error="m", micro=False)
     out = io.BytesIO()
     code.save(

@@ -15,7 +15,6 @@ from .events import EventHub
 from .keys import EVENTS, MEDIA, UPSTREAMS
 from .media.chosen import opened_media_store
 from .upstreams.registry import Upstreams
-from .worker import Worker
 
 # `make run` runs one worker inside the dev process.
 EMBEDDED_WORKER: Final = web.AppKey("embedded_worker", bool)
@@ -42,6 +41,8 @@ async def embedded_worker_ctx(app: web.Application) -> AsyncIterator[None]:
     if not app.get(EMBEDDED_WORKER, False):
         yield
         return
+    from .worker import Worker  # here: `serve` never loads the media encoders
+
     worker = Worker(
         redis=app[REDIS],
         content=app[CONTENT],

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from ...settings import SettingsError, WorkbenchSettings, variable
-from .s3 import MediaRefused, MediaUnavailable, S3MediaStore
+from ...settings import MediaS3Settings, SettingsError, WorkbenchSettings, variable
+from .faults import MediaRefused, MediaUnavailable
 from .store import DirectoryStore, MediaStore
+
+if TYPE_CHECKING:
+    from .s3 import S3MediaStore
 
 _LOGGER: Final = logging.getLogger(__name__)
 # How long start-up waits to hear from the bucket before going on without.
@@ -19,7 +22,14 @@ def media_store(settings: WorkbenchSettings) -> MediaStore:
     """Build the store app and workers share; no I/O yet."""
     if settings.media_s3 is None:
         return DirectoryStore(settings.media_dir, settings.media_public_url)
-    return S3MediaStore(settings.media_s3, settings.media_public_url)
+    return _bucket(settings.media_s3, settings.media_public_url)
+
+
+def _bucket(s3: MediaS3Settings, public_url: str) -> S3MediaStore:
+    """Build the bucket's store: obstore is loaded only where a bucket is set."""
+    from .s3 import S3MediaStore
+
+    return S3MediaStore(s3, public_url)
 
 
 async def opened_media_store(settings: WorkbenchSettings) -> MediaStore:
@@ -28,16 +38,17 @@ async def opened_media_store(settings: WorkbenchSettings) -> MediaStore:
     A bucket that refuses them stops the start with a configuration error; one
     that cannot be reached yet is only logged, as it may come up later.
     """
-    store = media_store(settings)
-    if isinstance(store, S3MediaStore):
-        try:
-            await asyncio.wait_for(store.check(), CHECK_SECONDS)
-        except MediaRefused:
-            raise SettingsError(
-                f"{variable('media.s3_access_key_id')},"
-                f" {variable('media.s3_secret_access_key')}: the bucket"
-                f" {store.bucket!r} refused them"
-            ) from None
-        except (MediaUnavailable, TimeoutError) as error:
-            _LOGGER.warning("media bucket %s: %s", store.bucket, error or "no answer")
+    if settings.media_s3 is None:
+        return media_store(settings)
+    store = _bucket(settings.media_s3, settings.media_public_url)
+    try:
+        await asyncio.wait_for(store.check(), CHECK_SECONDS)
+    except MediaRefused:
+        raise SettingsError(
+            f"{variable('media.s3_access_key_id')},"
+            f" {variable('media.s3_secret_access_key')}: the bucket"
+            f" {store.bucket!r} refused them"
+        ) from None
+    except (MediaUnavailable, TimeoutError) as error:
+        _LOGGER.warning("media bucket %s: %s", store.bucket, error or "no answer")
     return store

@@ -21,6 +21,8 @@ from av.video.frame import VideoFrame
 from av.video.reformatter import VideoReformatter
 from PIL import Image, ImageDraw, ImageFont, ImageOps
 
+from ...heap import releasing
+
 CAPTION_CHARS: Final = 60
 PROGRESS_CALLS: Final = 20
 _RGB = tuple[int, int, int]
@@ -105,6 +107,7 @@ def _caption(image: Image.Image, prompt: str) -> None:
     )
 
 
+@releasing
 def render_image(prompt: str, seed: int, width: int, height: int) -> bytes:
     """Draw the demo picture as a PNG, byte-identical for the same inputs."""
     if width < 1 or height < 1:
@@ -123,6 +126,7 @@ def _encoder() -> Literal["libx264", "h264"]:
     return "libx264" if "libx264" in av.codecs_available else "h264"
 
 
+@releasing
 def render_video(
     prompt: str,
     seed: int,
@@ -210,6 +214,7 @@ def _webp(image: Image.Image, max_side: int, xmp: bytes) -> tuple[bytes, int, in
     return buffer.getvalue(), image.width, image.height
 
 
+@releasing
 def thumbnail_webp(
     image_bytes: bytes, max_side: int = 512, xmp: bytes = b""
 ) -> tuple[bytes, int, int]:
@@ -219,6 +224,7 @@ def thumbnail_webp(
         return _webp(image, max_side, xmp)
 
 
+@releasing
 def video_poster(
     video_bytes: bytes, max_side: int = 512, xmp: bytes = b""
 ) -> tuple[bytes, int, int]:

@@ -12,8 +12,6 @@ import warnings
 from dataclasses import dataclass
 from typing import Final
 
-from PIL import Image, UnidentifiedImageError
-
 # Pillow format name -> (content type, extension); the only formats tried.
 FORMATS: Final = {
     "PNG": ("image/png", "png"),
@@ -44,6 +42,9 @@ def inspect_image(data: bytes, *, max_side: int = 4096) -> ImageInfo:
     """
     if not data:
         raise InvalidImage("the file is empty")
+    # Here: a `serve` loads Pillow with its first upload, never at start-up.
+    from PIL import Image, UnidentifiedImageError
+
     try:
         with warnings.catch_warnings():
             # Pillow warns, then raises, past its global pixel limit; both refuse.

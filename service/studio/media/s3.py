@@ -24,6 +24,7 @@ from obstore.exceptions import (
 )
 from obstore.store import S3Store
 
+from .faults import MediaRefused, MediaUnavailable, RangeNotSatisfiable
 from .store import CHUNK_BYTES, CONTENT_TYPES, MissingMedia, export_key, valid_key
 
 if TYPE_CHECKING:
@@ -45,26 +46,6 @@ SERVE_CHUNK: Final = 256 * 1024
 
 # A failed connect or a 5xx is retried (with backoff) for at most this long.
 _RETRY: RetryConfig = {"max_retries": 3, "retry_timeout": timedelta(seconds=20)}
-
-
-class MediaUnavailable(OSError):
-    """The bucket could not be reached, or refused the request.
-
-    An OSError, like a store that is down: /api answers 503 UNAVAILABLE and a
-    worker leaves the job unacknowledged, to run again when its lease lapses.
-    """
-
-
-class MediaRefused(MediaUnavailable):
-    """The bucket refused our credentials: the settings are wrong, not the network."""
-
-
-class RangeNotSatisfiable(Exception):
-    """The asked-for range starts past the object's end (HTTP 416)."""
-
-    def __init__(self, size: int) -> None:
-        super().__init__(f"the object has {size} bytes")
-        self.size = size
 
 
 @dataclass(frozen=True, slots=True)

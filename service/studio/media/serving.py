@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Final
+from typing import TYPE_CHECKING, Final
 from wsgiref.handlers import format_date_time
 
 from aiohttp import hdrs, web
@@ -12,9 +12,12 @@ from aiohttp.abc import AbstractStreamWriter
 from aiohttp.web_request import BaseRequest
 
 from ..keys import MEDIA
+from .faults import MediaUnavailable, RangeNotSatisfiable
 from .ranges import entity_tag_matches, requested_range
-from .s3 import MediaUnavailable, RangeNotSatisfiable, S3MediaStore
 from .store import CONTENT_TYPES, DirectoryStore, MissingMedia, valid_key
+
+if TYPE_CHECKING:
+    from .s3 import S3MediaStore
 
 IMMUTABLE: Final = "public, max-age=31536000, immutable"
 _LOGGER: Final = logging.getLogger(__name__)
@@ -55,9 +58,12 @@ async def media(request: web.Request) -> web.StreamResponse:
     store = request.app[MEDIA]
     if not valid_key(key):
         raise _not_found()
-    if isinstance(store, S3MediaStore):
-        return await _from_bucket(request, store, key)
     if not isinstance(store, DirectoryStore):
+        # Already loaded wherever a bucket is the store (see chosen.py).
+        from .s3 import S3MediaStore
+
+        if isinstance(store, S3MediaStore):
+            return await _from_bucket(request, store, key)
         raise _not_found()
     path = store.path(key)
     if not path.is_file():

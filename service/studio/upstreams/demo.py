@@ -6,7 +6,6 @@ import asyncio
 import functools
 from typing import Final
 
-from ..media.demo_art import render_image, render_video
 from .base import Output, Progress, Request
 
 # Video is drawn at a lower frame rate: the clip keeps its length, costs less CPU.
@@ -17,7 +16,18 @@ _STEPS: Final = 10
 @functools.lru_cache(maxsize=32)
 def _image(prompt: str, seed: int, width: int, height: int) -> bytes:
     """Draw (or recall) an image: the same inputs always give the same bytes."""
+    from ..media.demo_art import render_image  # PyAV and Pillow: workers only
+
     return render_image(prompt, seed, width, height)
+
+
+def _video(
+    prompt: str, seed: int, width: int, height: int, seconds: float, fps: int
+) -> bytes:
+    """Draw a clip (in a worker's thread, where the encoder is loaded)."""
+    from ..media.demo_art import render_video
+
+    return render_video(prompt, seed, width, height, seconds, fps=fps)
 
 
 class DemoUpstream:
@@ -25,6 +35,9 @@ class DemoUpstream:
 
     def __init__(self, seconds: float) -> None:
         self._seconds = seconds
+        # One clip encodes at a time: x264 holds ~100 MB per clip at 720p, and
+        # on a few cores clips side by side finish no sooner than one by one.
+        self._encoding = asyncio.Semaphore(1)
 
     async def generate(self, request: Request, progress: Progress) -> list[Output]:
         """Wait out the configured time in steps, then render in a thread."""
@@ -34,18 +47,19 @@ class DemoUpstream:
                 await progress(0.8 * step / _STEPS)
         loop = asyncio.get_running_loop()
         if request.kind == "video":
-            data = await loop.run_in_executor(
-                None,
-                functools.partial(
-                    render_video,
-                    request.prompt,
-                    request.seed,
-                    request.width,
-                    request.height,
-                    request.seconds or 5.0,
-                    fps=DEMO_FPS,
-                ),
-            )
+            async with self._encoding:
+                data = await loop.run_in_executor(
+                    None,
+                    functools.partial(
+                        _video,
+                        request.prompt,
+                        request.seed,
+                        request.width,
+                        request.height,
+                        request.seconds or 5.0,
+                        DEMO_FPS,
+                    ),
+                )
             return [Output(data, "mp4")]
         outputs = []
         for index in range(request.count):

@@ -25,8 +25,6 @@ import time
 from typing import Any, Final
 from urllib.parse import quote
 
-import jwt
-
 from ...settings import UpstreamSettings
 from .base import Output, Request, UpstreamError
 from .http import Answer, Secret, UpstreamHttp, failed, http_fault, retry_after
@@ -57,6 +55,8 @@ class KlingToken:
         return "KlingToken('***')"
 
     def __call__(self) -> str:
+        import jwt  # here: only a process that calls Kling loads it
+
         now = int(time.time())
         claims = {"iss": self._access, "exp": now + TOKEN_SECONDS, "nbf": now - 5}
         return jwt.encode(
