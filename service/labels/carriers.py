@@ -13,9 +13,10 @@ import io
 import struct
 import zlib
 from collections.abc import Iterator
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
-from PIL import Image, PngImagePlugin
+if TYPE_CHECKING:  # Pillow only where a picture is encoded: sniff() stays light
+    from PIL import Image
 
 PNG_SIGNATURE: Final = b"\x89PNG\r\n\x1a\n"
 XMP_KEYWORD: Final = b"XML:com.adobe.xmp"
@@ -33,6 +34,8 @@ def encode_image(image: Image.Image, extension: str, packet: bytes) -> bytes:
     icc = image.info.get("icc_profile")
     extra = {"icc_profile": icc} if icc else {}
     if extension == "png":
+        from PIL import PngImagePlugin
+
         info = PngImagePlugin.PngInfo()
         info.add_itxt(XMP_KEYWORD.decode(), packet.decode())
         image.save(buffer, format="PNG", pnginfo=info, compress_level=6, **extra)
