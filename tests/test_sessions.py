@@ -37,6 +37,7 @@ ANONYMOUS = {
     "square_item",
     "models",
     "packs",
+    "presets",
 }
 
 
