@@ -38,6 +38,7 @@ ANONYMOUS = {
     "square_report",  # anyone may report a work in the square (CONTRACT §11)
     "models",
     "packs",
+    "presets",
 }
 
 
