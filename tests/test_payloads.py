@@ -118,6 +118,7 @@ def test_the_surrogate_check_is_nearly_free_on_what_browsers_send() -> None:
     )
 
 
+@pytest.mark.timing  # a wall-clock budget: run alone, after the parallel part
 def test_the_surrogate_check_of_an_all_escaped_body_stays_near_json_loads() -> None:
     """Python clients escape every CJK letter: the scan stays within 3x json.loads."""
     text = json.dumps({"prompt": "一只猫坐在窗台上 " * 270, "emoji": "\U0001f63a"})

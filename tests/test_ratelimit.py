@@ -258,6 +258,7 @@ async def test_the_limiter_uses_redis_time_and_recovers_after_the_interval(
         await limiter.aclose()
 
 
+@pytest.mark.timing  # a wall-clock budget: run alone, after the parallel part
 async def test_a_remembered_denial_costs_no_redis_round_trip(
     redis: Redis, redis_server: RedisServer
 ) -> None:
