@@ -104,7 +104,7 @@ class MediaS3Settings:
 
 
 # The moderation providers `moderation.provider` may name.
-MODERATION_PROVIDERS: Final = ("none", "tencent")
+MODERATION_PROVIDERS: Final = ("none", "aliyun", "tencent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +116,12 @@ class ModerationSettings:
     # Seconds between looks at content/moderation/blocked.txt for changes.
     reload_seconds: float = 10.0
     # A cloud moderation service for prompts (after the list), outputs and
-    # uploads: "none" or "tencent"; its key pair, region and endpoint ("": its own).
+    # uploads: "none", "aliyun" or "tencent"; its key pair, region and endpoint
+    # ("": the provider's own default).
     provider: str = "none"
     access_key_id: str = ""
     access_key_secret: str = field(default="", repr=False)
-    region: str = "ap-guangzhou"
+    region: str = ""
     endpoint: str = ""
     # Seconds one call to the provider may take before it is tried again.
     timeout: float = 10.0
@@ -364,13 +365,18 @@ def _moderation(raw: Mapping[str, Any]) -> ModerationSettings:
     endpoint = _text(raw, "moderation.endpoint")
     if endpoint and not endpoint.startswith(("https://", "http://")):
         raise SettingsError(f"{variable('moderation.endpoint')}: must be a URL")
+    region = _text(raw, "moderation.region")
+    if region and not re.fullmatch(r"[a-z0-9-]{1,40}", region):
+        raise SettingsError(
+            f"{variable('moderation.region')}: a region name such as cn-shanghai"
+        )
     return ModerationSettings(
         log_days=_integer(raw, "moderation.log_days", 180, 3650),
         reload_seconds=_number(raw, "moderation.reload_seconds", 0.1, 60.0),
         provider=provider,
         access_key_id=key_id,
         access_key_secret=secret,
-        region=_text(raw, "moderation.region") or "ap-guangzhou",
+        region=region,
         endpoint=endpoint,
         timeout=_number(raw, "moderation.timeout", 0.1, 120.0),
     )

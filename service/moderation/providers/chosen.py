@@ -2,19 +2,29 @@
 
 from __future__ import annotations
 
+from typing import Final
+
 from ...settings import ModerationSettings
+from .aliyun import Aliyun
 from .base import Provider
 from .tencent import Tencent
+
+# Each takes the same settings: its key pair, region, endpoint and timeout.
+PROVIDERS: Final[dict[str, type[Aliyun] | type[Tencent]]] = {
+    "aliyun": Aliyun,
+    "tencent": Tencent,
+}
 
 
 def provider_for(settings: ModerationSettings) -> Provider | None:
     """Return the configured provider, or None for `none`."""
-    if settings.provider == "tencent":
-        return Tencent(
-            secret_id=settings.access_key_id,
-            secret_key=settings.access_key_secret,
-            region=settings.region,
-            endpoint=settings.endpoint,
-            timeout=settings.timeout,
-        )
-    return None
+    kind = PROVIDERS.get(settings.provider)
+    if kind is None:
+        return None
+    return kind(
+        key_id=settings.access_key_id,
+        secret=settings.access_key_secret,
+        region=settings.region,
+        endpoint=settings.endpoint,
+        timeout=settings.timeout,
+    )

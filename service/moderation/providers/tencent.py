@@ -20,11 +20,11 @@ import time
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-import aiohttp
-
-from .base import ProviderError, Verdict
+from .base import Picture, ProviderError, Verdict
+from .http import KeyedClient, post_json
 
 VERSION: Final = "2020-12-29"
+REGION: Final = "ap-guangzhou"
 ALGORITHM: Final = "TC3-HMAC-SHA256"
 _SIGNED: Final = "content-type;host;x-tc-action"
 _CONTENT_TYPE: Final = "application/json; charset=utf-8"
@@ -73,34 +73,20 @@ def authorization(
     )
 
 
-class Tencent:
+class Tencent(KeyedClient):
     """TMS for text, IMS for images."""
 
     name = "tencent"
-
-    def __init__(
-        self,
-        *,
-        secret_id: str,
-        secret_key: str,
-        region: str,
-        endpoint: str,
-        timeout: float,
-    ) -> None:
-        self._id = secret_id
-        self._key = secret_key
-        self._region = region
-        self._endpoint = endpoint
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
+    region = REGION
 
     async def text(self, content: str) -> Verdict:
         """TextModeration of a prompt (Content is the Base64 of its UTF-8)."""
         encoded = base64.b64encode(content.encode()).decode()
         return await self._call("tms", "TextModeration", {"Content": encoded})
 
-    async def image(self, data: bytes) -> Verdict:
+    async def image(self, picture: Picture) -> Verdict:
         """ImageModeration of an image's bytes (FileContent, Base64, at most 10 MB)."""
-        encoded = base64.b64encode(data).decode()
+        encoded = base64.b64encode(picture.data).decode()
         return await self._call("ims", "ImageModeration", {"FileContent": encoded})
 
     async def _call(self, service: str, action: str, params: dict[str, Any]) -> Verdict:
@@ -111,7 +97,7 @@ class Tencent:
         headers = {
             "Authorization": authorization(
                 secret_id=self._id,
-                secret_key=self._key,
+                secret_key=self._secret,
                 service=service,
                 host=host,
                 action=action,
@@ -125,14 +111,10 @@ class Tencent:
             "X-TC-Version": VERSION,
             "X-TC-Region": self._region,
         }
-        try:
-            async with (
-                aiohttp.ClientSession(timeout=self._timeout) as http,
-                http.post(url.rstrip("/") + "/", data=body, headers=headers) as reply,
-            ):
-                answer = await reply.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as err:
-            raise ProviderError(f"tencent {action}: {type(err).__name__}") from err
+        answer = await post_json(
+            url.rstrip("/") + "/", body=body, headers=headers,
+            within=self._timeout, what=f"tencent {action}",
+        )  # fmt: skip
         response = answer.get("Response") if isinstance(answer, dict) else None
         if not isinstance(response, dict) or "Error" in response:
             code = (response or {}).get("Error", {}).get("Code", "malformed answer")
