@@ -1,12 +1,14 @@
 """Fake moderation providers on loopback that check each one's signing as it does.
 
-Tencent TMS/IMS (TC3-HMAC-SHA256) and Alibaba Cloud Content Security 2.0
-(ACS3-HMAC-SHA256). Each signature is verified from the request as received
-(method, path, query, the signed headers, the body's hash), written here from
-the vendor's documentation and not from service/: the official SDKs' requests
-pass them (tests/test_moderation_providers.py); a request signed with another
-secret, an altered body or a stale timestamp fails with the vendor's own error
-shape. Alibaba's image check fetches the URL it is given, as Alibaba does.
+Tencent TMS/IMS (TC3-HMAC-SHA256), Alibaba Cloud Content Security 2.0
+(ACS3-HMAC-SHA256) and Volcengine BusinessSecurity (HMAC-SHA256, V4). Each
+signature is verified from the request as received (method, path, query, the
+signed headers, the body's hash), written here from the vendor's documentation
+and not from service/: the official SDKs' requests pass them
+(tests/test_moderation_providers.py); a request signed with another secret, an
+altered body or a stale timestamp fails with the vendor's own error shape.
+Alibaba's and Volcengine's image checks fetch the URL they are given, as those
+vendors do.
 """
 
 from __future__ import annotations
@@ -35,6 +37,12 @@ from service.store.embedded import free_port
 SECRET_ID = "AKIDfake0123456789abcdefghijklmn"
 SECRET_KEY = "fake-secret-key-0123456789abcdef"
 ACTIONS = {"TextModeration": "tms", "ImageModeration": "ims"}
+APP_ID = "5120001"
+# The actions Volcengine's fake serves: their version and body's Service.
+VOLCENGINE_ACTIONS = {
+    "TextSliceRisk": ("2022-11-07", "text_risk"),
+    "ImageContentRiskV2": ("2021-11-29", "image_content_risk"),
+}
 # The headers Alibaba's V3 signature must cover (besides any others signed).
 ACS3_SIGNED = {
     "host", "x-acs-action", "x-acs-version", "x-acs-date", "x-acs-signature-nonce",
@@ -100,12 +108,41 @@ def verify_tc3(request_headers: Any, body: bytes, secret_key: str) -> str | None
     return None
 
 
+def _authorization(request: web.Request, algorithm: str) -> dict[str, str] | None:
+    """The Authorization header's Name=value parts, if it names the algorithm."""
+    named, _, rest = request.headers.get("Authorization", "").partition(" ")
+    if named != algorithm:
+        return None
+    return dict(item.strip().split("=", 1) for item in rest.split(",") if "=" in item)
+
+
+def _canonical(request: web.Request, signed: list[str], body: bytes) -> str:
+    """The canonical request of a request as received (ACS3 and V4 alike)."""
+    query = "&".join(
+        f"{quote(key, safe='-_.~')}={quote(request.query[key], safe='-_.~')}"
+        for key in sorted(request.query)
+    )
+    values = {name: sorted(request.headers.getall(name, [])) for name in signed}
+    headers = "".join(
+        f"{name}:{','.join(v.strip() for v in values[name])}\n" for name in signed
+    )
+    return "\n".join(
+        [
+            request.method,
+            request.path,
+            query,
+            headers,
+            ";".join(signed),
+            hashlib.sha256(body).hexdigest(),
+        ]
+    )
+
+
 def verify_acs3(request: web.Request, body: bytes, secret: str) -> str | None:
     """Return why a request's ACS3-HMAC-SHA256 signature is wrong, or None."""
-    algorithm, _, rest = request.headers.get("Authorization", "").partition(" ")
-    if algorithm != "ACS3-HMAC-SHA256":
+    parts = _authorization(request, "ACS3-HMAC-SHA256")
+    if parts is None:
         return "algorithm"
-    parts = dict(item.strip().split("=", 1) for item in rest.split(",") if "=" in item)
     if parts.get("Credential") != SECRET_ID:
         return "access key id"
     signed = parts.get("SignedHeaders", "").split(";")
@@ -121,26 +158,46 @@ def verify_acs3(request: web.Request, body: bytes, secret: str) -> str | None:
         return "date"
     if abs(time.time() - stamp.timestamp()) > 900:
         return "date"
-    query = "&".join(
-        f"{quote(key, safe='~')}={quote(request.query[key], safe='~')}"
-        for key in sorted(request.query)
-    )
-    values = {name: sorted(request.headers.getall(name, [])) for name in signed}
-    headers = "".join(
-        f"{name}:{','.join(v.strip() for v in values[name])}\n" for name in signed
-    )
-    canonical = "\n".join(
-        [
-            request.method,
-            request.path,
-            query,
-            headers,
-            ";".join(signed),
-            hashlib.sha256(body).hexdigest(),
-        ]
-    )
+    canonical = _canonical(request, signed, body)
     string = "ACS3-HMAC-SHA256\n" + hashlib.sha256(canonical.encode()).hexdigest()
     expected = hmac.new(secret.encode(), string.encode(), hashlib.sha256).hexdigest()
+    if not hmac.compare_digest(expected, parts.get("Signature", "")):
+        return "signature"
+    return None
+
+
+def verify_volc_v4(request: web.Request, body: bytes, secret: str) -> str | None:
+    """Return why a request's Volcengine V4 signature is wrong, or None."""
+    parts = _authorization(request, "HMAC-SHA256")
+    if parts is None:
+        return "algorithm"
+    credential = parts.get("Credential", "").split("/")
+    if len(credential) != 5 or credential[0] != SECRET_ID:
+        return "credential"
+    _, day, region, service, tail = credential
+    if (service, tail) != ("BusinessSecurity", "request"):
+        return "scope"
+    signed = parts.get("SignedHeaders", "").split(";")
+    if not {"x-date", "x-content-sha256"} <= set(signed):
+        return "signed headers"
+    if request.headers.get("X-Content-Sha256") != hashlib.sha256(body).hexdigest():
+        return "content hash"
+    stamp = request.headers.get("X-Date", "")
+    try:
+        moment = dt.datetime.strptime(stamp, "%Y%m%dT%H%M%SZ").replace(tzinfo=dt.UTC)
+    except ValueError:
+        return "date"
+    if abs(time.time() - moment.timestamp()) > 900 or stamp[:8] != day:
+        return "date"
+    canonical = _canonical(request, signed, body)
+    scope = f"{day}/{region}/{service}/request"
+    string = "\n".join(
+        ["HMAC-SHA256", stamp, scope, hashlib.sha256(canonical.encode()).hexdigest()]
+    )
+    key = secret.encode()
+    for part in (day, region, service, "request"):
+        key = _sign(key, part)
+    expected = hmac.new(key, string.encode(), hashlib.sha256).hexdigest()
     if not hmac.compare_digest(expected, parts.get("Signature", "")):
         return "signature"
     return None
@@ -204,6 +261,19 @@ class FakeProvider(abc.ABC):
     def hit(self, text: str) -> str | None:
         """The blocked word a text contains, if any."""
         return next((w for w in self.blocked_words if w in text), None)
+
+    async def fetch(self, url: str) -> bytes | None:
+        """Fetch an image by URL as the vendor does (7 s at most); None if it fails."""
+        self.fetched.append(url)
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=7)) as http,
+                http.get(url) as reply,
+            ):
+                reply.raise_for_status()
+                return await reply.read()
+        except (aiohttp.ClientError, TimeoutError):
+            return None
 
     async def looked_at(self, data: bytes) -> None:
         """Decode the image (a real one, or this fails loudly); hang if told to."""
@@ -323,16 +393,8 @@ class FakeAliyun(FakeProvider):
             return self._verdict(hit is not None, self.text_label, hit or "")
         if action != "ImageModeration":
             return self._fault(404, "InvalidAction.NotFound", action)
-        url = params["ServiceParameters"]["imageUrl"]
-        self.fetched.append(url)
-        try:
-            async with (
-                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=7)) as http,
-                http.get(url) as reply,
-            ):
-                reply.raise_for_status()
-                data = await reply.read()
-        except (aiohttp.ClientError, TimeoutError):
+        data = await self.fetch(params["ServiceParameters"]["imageUrl"])
+        if data is None:
             return self._answer({"Code": 408, "Message": "download image failed"})
         await self.looked_at(data)
         return self._verdict(self.block_images, self.image_label, "")
@@ -350,6 +412,73 @@ class FakeAliyun(FakeProvider):
         return self._answer({"Code": 200, "Data": data, "Message": "OK"})
 
 
+class FakeVolcengine(FakeProvider):
+    """BusinessSecurity: V4 in the headers, the action in the query, JSON in and out."""
+
+    name = "volcengine"
+    text_action = "TextSliceRisk"
+    image_action = "ImageContentRiskV2"
+    text_label = "volcengine:porn"
+    image_label = "volcengine:porn"
+
+    @staticmethod
+    def _answer(action: str, body: dict[str, Any], status: int = 200) -> web.Response:
+        meta = {
+            "RequestId": secrets.token_hex(12), "Action": action,
+            "Version": VOLCENGINE_ACTIONS.get(action, ("",))[0],
+            "Service": "BusinessSecurity", "Region": "cn-north-1",
+        }  # fmt: skip
+        if "Error" in body:
+            meta["Error"] = body.pop("Error")
+        return web.json_response({"ResponseMetadata": meta, **body}, status=status)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        action = request.query.get("Action", "")
+        wrong = verify_volc_v4(request, body, SECRET_KEY)
+        if wrong is not None:
+            self.refused.append(wrong)
+            error = {
+                "CodeN": 100010,
+                "Code": "SignatureDoesNotMatch",
+                "Message": f"The request signature does not match ({wrong})",
+            }
+            return self._answer(action, {"Error": error}, 401)
+        version, service = VOLCENGINE_ACTIONS.get(action, ("", ""))
+        payload = json.loads(body)
+        if request.query.get("Version") != version or payload.get("Service") != service:
+            self.refused.append("action")
+            error = {
+                "CodeN": 100008,
+                "Code": "InvalidActionOrVersion",
+                "Message": action,
+            }
+            return self._answer(action, {"Error": error}, 404)
+        if payload.get("AppId") != int(APP_ID):
+            return self._answer(action, {"Result": {"Code": 60004, "Message": "AppId"}})
+        params = {**payload, "Parameters": json.loads(payload["Parameters"])}
+        self.requests.append((action, params))
+        if action == "TextSliceRisk":
+            hit = self.hit(params["Parameters"]["text"])
+            return self._verdict(action, hit is not None)
+        data = await self.fetch(params["Parameters"]["url"])
+        if data is None:
+            return self._answer(action, {"Result": {"Code": 60006, "Message": "url"}})
+        await self.looked_at(data)
+        return self._verdict(action, self.block_images)
+
+    def _verdict(self, action: str, blocked: bool) -> web.Response:
+        data: dict[str, Any] = {
+            "DataId": secrets.token_hex(6),
+            "Decision": "BLOCK" if blocked else "PASS",
+            "DecisionDetail": "",
+            "FinalLabel": "porn" if blocked else "",
+            "Results": [],
+        }
+        result = {"RequestId": secrets.token_hex(12), "Code": 0, "Message": "Success"}
+        return self._answer(action, {"Result": {**result, "Data": data}})
+
+
 FAKES: dict[str, type[FakeProvider]] = {
-    fake.name: fake for fake in (FakeTencent, FakeAliyun)
+    fake.name: fake for fake in (FakeTencent, FakeAliyun, FakeVolcengine)
 }

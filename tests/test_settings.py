@@ -102,6 +102,15 @@ def test_every_contract_variable_is_understood() -> None:
             "STUDIO_MODERATION_ACCESS_KEY_ID and STUDIO_MODERATION_ACCESS_KEY_SECRET",
         ),
         ({"STUDIO_MODERATION_REGION": "cn.evil/x"}, "STUDIO_MODERATION_REGION"),
+        (
+            {
+                "STUDIO_MODERATION_PROVIDER": "volcengine",
+                "STUDIO_MODERATION_ACCESS_KEY_ID": "AK",
+                "STUDIO_MODERATION_ACCESS_KEY_SECRET": "SK",
+                "STUDIO_MODERATION_APP_ID": "my-app",
+            },
+            "STUDIO_MODERATION_APP_ID",
+        ),
         ({"STUDIO_MODERATION_ENDPOINT": "green-cip"}, "STUDIO_MODERATION_ENDPOINT"),
     ],
 )

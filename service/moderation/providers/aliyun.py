@@ -15,8 +15,6 @@ refuses; `medium` (Alibaba: "route to human review") lets it through.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import hmac
 import json
 import secrets
 from collections.abc import Mapping
@@ -24,7 +22,8 @@ from typing import Final
 from urllib.parse import urlencode, urlsplit
 
 from .base import Picture, ProviderError, Verdict
-from .http import KeyedClient, post_json
+from .http import KeyedClient, coded, decided, post_json
+from .signing import canonical_request, hmac_hex, sha256_hex
 
 VERSION: Final = "2022-03-02"
 REGION: Final = "cn-shanghai"
@@ -38,22 +37,10 @@ def authorization(
     *, access_key_id: str, secret: str, headers: Mapping[str, str], body: bytes
 ) -> str:
     """Sign a POST / with no query: every given header, lower-cased and sorted."""
-    names = sorted(name.lower() for name in headers)
-    values = {name.lower(): value.strip() for name, value in headers.items()}
-    canonical = "\n".join(
-        [
-            "POST",
-            "/",
-            "",
-            "".join(f"{name}:{values[name]}\n" for name in names),
-            ";".join(names),
-            hashlib.sha256(body).hexdigest(),
-        ]
-    )
-    to_sign = f"{ALGORITHM}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
-    signature = hmac.new(secret.encode(), to_sign.encode(), hashlib.sha256).hexdigest()
+    canonical, names = canonical_request({}, headers, body)
+    signature = hmac_hex(secret.encode(), f"{ALGORITHM}\n{sha256_hex(canonical)}")
     return (
-        f"{ALGORITHM} Credential={access_key_id},SignedHeaders={';'.join(names)},"
+        f"{ALGORITHM} Credential={access_key_id},SignedHeaders={names},"
         f"Signature={signature}"
     )
 
@@ -97,7 +84,7 @@ class Aliyun(KeyedClient):
             "x-acs-version": VERSION,
             "x-acs-date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "x-acs-signature-nonce": secrets.token_hex(16),
-            "x-acs-content-sha256": hashlib.sha256(body).hexdigest(),
+            "x-acs-content-sha256": sha256_hex(body),
         }
         headers["Authorization"] = authorization(
             access_key_id=self._id, secret=self._secret, headers=headers, body=body
@@ -106,13 +93,8 @@ class Aliyun(KeyedClient):
             self._url.rstrip("/") + "/", body=body, headers=headers,
             within=self._timeout, what=f"aliyun {action}",
         )  # fmt: skip
-        if not isinstance(answer, dict) or answer.get("Code") != 200:
-            code = answer.get("Code") if isinstance(answer, dict) else None
-            raise ProviderError(f"aliyun {action}: {code or 'malformed answer'}")
-        data = answer.get("Data")
-        level = data.get("RiskLevel") if isinstance(data, dict) else None
-        if not isinstance(data, dict) or level not in RISK_LEVELS:
-            raise ProviderError(f"aliyun {action}: no RiskLevel")
+        data = coded(answer, 200, f"aliyun {action}").get("Data")
+        level, data = decided(data, "RiskLevel", RISK_LEVELS, f"aliyun {action}")
         first = (data.get("Result") or [{}])[0]
         label = str(first.get("Label") or "") if isinstance(first, dict) else ""
         return Verdict(blocked=level == "high", label=f"aliyun:{label}")

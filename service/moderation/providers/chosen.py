@@ -8,23 +8,16 @@ from ...settings import ModerationSettings
 from .aliyun import Aliyun
 from .base import Provider
 from .tencent import Tencent
+from .volcengine import Volcengine
 
-# Each takes the same settings: its key pair, region, endpoint and timeout.
-PROVIDERS: Final[dict[str, type[Aliyun] | type[Tencent]]] = {
+PROVIDERS: Final[dict[str, type[Aliyun] | type[Tencent] | type[Volcengine]]] = {
     "aliyun": Aliyun,
     "tencent": Tencent,
+    "volcengine": Volcengine,
 }
 
 
 def provider_for(settings: ModerationSettings) -> Provider | None:
     """Return the configured provider, or None for `none`."""
     kind = PROVIDERS.get(settings.provider)
-    if kind is None:
-        return None
-    return kind(
-        key_id=settings.access_key_id,
-        secret=settings.access_key_secret,
-        region=settings.region,
-        endpoint=settings.endpoint,
-        timeout=settings.timeout,
-    )
+    return None if kind is None else kind(settings)

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import hashlib
-import hmac
 import json
 import time
 from typing import Any, Final
@@ -22,16 +20,12 @@ from urllib.parse import urlsplit
 
 from .base import Picture, ProviderError, Verdict
 from .http import KeyedClient, post_json
+from .signing import canonical_request, derived_key, hmac_hex, sha256_hex
 
 VERSION: Final = "2020-12-29"
 REGION: Final = "ap-guangzhou"
 ALGORITHM: Final = "TC3-HMAC-SHA256"
-_SIGNED: Final = "content-type;host;x-tc-action"
 _CONTENT_TYPE: Final = "application/json; charset=utf-8"
-
-
-def _hmac(key: bytes, message: str) -> bytes:
-    return hmac.new(key, message.encode(), hashlib.sha256).digest()
 
 
 def authorization(
@@ -45,31 +39,19 @@ def authorization(
     timestamp: int,
 ) -> str:
     """Sign one request (Tencent Cloud API 3.0, TC3-HMAC-SHA256)."""
-    canonical = "\n".join(
-        [
-            "POST",
-            "/",
-            "",
-            f"content-type:{_CONTENT_TYPE}\nhost:{host}\nx-tc-action:{action.lower()}\n",
-            _SIGNED,
-            hashlib.sha256(body).hexdigest(),
-        ]
-    )
+    signed = {
+        "content-type": _CONTENT_TYPE,
+        "host": host,
+        "x-tc-action": action.lower(),
+    }
+    canonical, names = canonical_request({}, signed, body)
     day = dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime("%Y-%m-%d")
     scope = f"{day}/{service}/tc3_request"
-    to_sign = "\n".join(
-        [
-            ALGORITHM,
-            str(timestamp),
-            scope,
-            hashlib.sha256(canonical.encode()).hexdigest(),
-        ]
-    )
-    key = _hmac(_hmac(_hmac(f"TC3{secret_key}".encode(), day), service), "tc3_request")
-    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    key = derived_key(f"TC3{secret_key}".encode(), day, service, "tc3_request")
+    to_sign = f"{ALGORITHM}\n{timestamp}\n{scope}\n{sha256_hex(canonical)}"
     return (
-        f"{ALGORITHM} Credential={secret_id}/{scope}, SignedHeaders={_SIGNED},"
-        f" Signature={signature}"
+        f"{ALGORITHM} Credential={secret_id}/{scope}, SignedHeaders={names},"
+        f" Signature={hmac_hex(key, to_sign)}"
     )
 
 
