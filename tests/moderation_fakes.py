@@ -213,9 +213,13 @@ class FakeProvider(abc.ABC):
     # The labels a refusal is logged with ("provider:Label").
     text_label: ClassVar[str]
     image_label: ClassVar[str]
+    # Its verdict for "a person should look" (which lets content through).
+    review: ClassVar[str]
 
     blocked_words: set[str] = field(default_factory=set)
     block_images: bool = False
+    # The image verdict's raw word instead (a middle one, an unknown one).
+    image_verdict: str = ""
     hang_images: bool = False
     requests: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
@@ -293,6 +297,7 @@ class FakeTencent(FakeProvider):
     text_action = "TextModeration"
     image_action = "ImageModeration"
     text_label = image_label = "tencent:Porn"
+    review = "Review"
 
     @staticmethod
     def _answer(body: dict[str, Any]) -> web.Response:
@@ -334,7 +339,7 @@ class FakeTencent(FakeProvider):
         )
         return self._answer(
             {
-                "Suggestion": suggestion,
+                "Suggestion": self.image_verdict or suggestion,
                 "Label": label,
                 "SubLabel": "",
                 "Score": 97 if self.block_images else 0,
@@ -351,6 +356,7 @@ class FakeAliyun(FakeProvider):
     image_action = "ImageModeration"
     text_label = "aliyun:pornographic_adult"
     image_label = "aliyun:pornographic_adultContent"
+    review = "medium"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -397,16 +403,20 @@ class FakeAliyun(FakeProvider):
         if data is None:
             return self._answer({"Code": 408, "Message": "download image failed"})
         await self.looked_at(data)
-        return self._verdict(self.block_images, self.image_label, "")
+        return self._verdict(
+            self.block_images, self.image_label, "", self.image_verdict
+        )
 
-    def _verdict(self, blocked: bool, label: str, words: str) -> web.Response:
+    def _verdict(
+        self, blocked: bool, label: str, words: str, level: str = ""
+    ) -> web.Response:
         found = {"Label": label.partition(":")[2], "Confidence": 97.5}
         if words:
             found["RiskWords"] = words
         clean = {"Label": "nonLabel", "Description": "未检测出风险"}
         data = {
             "DataId": secrets.token_hex(6),
-            "RiskLevel": "high" if blocked else "none",
+            "RiskLevel": level or ("high" if blocked else "none"),
             "Result": [found if blocked else clean],
         }
         return self._answer({"Code": 200, "Data": data, "Message": "OK"})
@@ -420,6 +430,7 @@ class FakeVolcengine(FakeProvider):
     image_action = "ImageContentRiskV2"
     text_label = "volcengine:porn"
     image_label = "volcengine:porn"
+    review = "REVIEW"
 
     @staticmethod
     def _answer(action: str, body: dict[str, Any], status: int = 200) -> web.Response:
@@ -465,12 +476,12 @@ class FakeVolcengine(FakeProvider):
         if data is None:
             return self._answer(action, {"Result": {"Code": 60006, "Message": "url"}})
         await self.looked_at(data)
-        return self._verdict(action, self.block_images)
+        return self._verdict(action, self.block_images, self.image_verdict)
 
-    def _verdict(self, action: str, blocked: bool) -> web.Response:
+    def _verdict(self, action: str, blocked: bool, decision: str = "") -> web.Response:
         data: dict[str, Any] = {
             "DataId": secrets.token_hex(6),
-            "Decision": "BLOCK" if blocked else "PASS",
+            "Decision": decision or ("BLOCK" if blocked else "PASS"),
             "DecisionDetail": "",
             "FinalLabel": "porn" if blocked else "",
             "Results": [],

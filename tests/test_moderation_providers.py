@@ -214,6 +214,11 @@ async def test_our_client_is_accepted_and_reads_the_verdicts(
     assert [action for action, _ in fake.requests] == [
         fake.text_action, fake.text_action, fake.image_action, fake.image_action,
     ]  # fmt: skip
+    fake.image_verdict = fake.review  # a person should look: it passes
+    assert (await client.image(picture)).blocked is False
+    fake.image_verdict = "Perhaps"  # nothing passes unread
+    with pytest.raises(ProviderError, match="no "):
+        await client.image(picture)
     wrong = _client(fake, "x" * 32)
     with pytest.raises(ProviderError, match=BAD_SIGNATURE[fake.name]):
         await wrong.text("a lamp")

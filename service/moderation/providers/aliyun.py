@@ -95,6 +95,7 @@ class Aliyun(KeyedClient):
         )  # fmt: skip
         data = coded(answer, 200, f"aliyun {action}").get("Data")
         level, data = decided(data, "RiskLevel", RISK_LEVELS, f"aliyun {action}")
-        first = (data.get("Result") or [{}])[0]
+        results = data.get("Result")
+        first = results[0] if isinstance(results, list) and results else None
         label = str(first.get("Label") or "") if isinstance(first, dict) else ""
         return Verdict(blocked=level == "high", label=f"aliyun:{label}")

@@ -19,11 +19,12 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from .base import Picture, ProviderError, Verdict
-from .http import KeyedClient, post_json
+from .http import KeyedClient, decided, post_json
 from .signing import canonical_request, derived_key, hmac_hex, sha256_hex
 
 VERSION: Final = "2020-12-29"
 REGION: Final = "ap-guangzhou"
+SUGGESTIONS: Final = ("Block", "Review", "Pass")
 ALGORITHM: Final = "TC3-HMAC-SHA256"
 _CONTENT_TYPE: Final = "application/json; charset=utf-8"
 
@@ -101,8 +102,8 @@ class Tencent(KeyedClient):
         if not isinstance(response, dict) or "Error" in response:
             code = (response or {}).get("Error", {}).get("Code", "malformed answer")
             raise ProviderError(f"tencent {action}: {code}")
-        suggestion = response.get("Suggestion")
-        if suggestion not in ("Block", "Review", "Pass"):
-            raise ProviderError(f"tencent {action}: no Suggestion")
+        suggestion, _ = decided(
+            response, "Suggestion", SUGGESTIONS, f"tencent {action}"
+        )
         label = str(response.get("Label") or "")
         return Verdict(blocked=suggestion == "Block", label=f"tencent:{label}")
