@@ -329,6 +329,18 @@ async def test_a_refused_output_is_refunded_once_and_leaves_no_media(
     )  # fmt: skip
 
 
+async def _submit_to_a_hanging_provider(
+    client: Client, fake: FakeProvider, mail_server: MailCatcher
+) -> str:
+    """Sign in, make image checks hang, submit one image: its generation's id."""
+    await sign_in(client, mail_server)
+    fake.hang_images = True
+    response = await client.post(
+        "/api/generations", json={"model": "seedream-4", "prompt": "a lamp"}
+    )
+    return str((await response.json())["id"])
+
+
 async def test_a_provider_that_hangs_fails_the_job_before_its_deadline_refunded_once(
     studio: MakeClient, provider_env: Env, fake: FakeProvider, mail_server: MailCatcher,
     redis: Redis,
@@ -340,12 +352,7 @@ async def test_a_provider_that_hangs_fails_the_job_before_its_deadline_refunded_
         "STUDIO_JOBS_IMAGE_DEADLINE": "7",
     }
     client = await studio(**env)
-    await sign_in(client, mail_server)
-    fake.hang_images = True
-    response = await client.post(
-        "/api/generations", json={"model": "seedream-4", "prompt": "a lamp"}
-    )
-    gid = (await response.json())["id"]
+    gid = await _submit_to_a_hanging_provider(client, fake, mail_server)
     with worker_process(env):
         done = await wait_for_status(client, gid, {"succeeded", "failed"}, 30)
         await asyncio.sleep(1.5)  # the deadline passes: no second settlement
@@ -363,12 +370,7 @@ async def test_a_cancel_while_the_provider_is_asked_leaves_no_media(
 ) -> None:  # fmt: skip
     """Outputs stored for the check are deleted by a cancel; refunded once."""
     client = await studio(**provider_env)
-    await sign_in(client, mail_server)
-    fake.hang_images = True
-    response = await client.post(
-        "/api/generations", json={"model": "seedream-4", "prompt": "a lamp"}
-    )
-    gid = (await response.json())["id"]
+    gid = await _submit_to_a_hanging_provider(client, fake, mail_server)
     media = Path(provider_env["STUDIO_MEDIA_DIR"])
     with worker_process(provider_env):
         for _ in range(300):

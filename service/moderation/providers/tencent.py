@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from .base import Picture, ProviderError, Verdict
 from .http import KeyedClient, decided, post_json
-from .signing import canonical_request, derived_key, hmac_hex, sha256_hex
+from .signing import canonical_request, derived_key, scoped_authorization
 
 VERSION: Final = "2020-12-29"
 REGION: Final = "ap-guangzhou"
@@ -48,12 +48,11 @@ def authorization(
     canonical, names = canonical_request({}, signed, body)
     day = dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime("%Y-%m-%d")
     scope = f"{day}/{service}/tc3_request"
-    key = derived_key(f"TC3{secret_key}".encode(), day, service, "tc3_request")
-    to_sign = f"{ALGORITHM}\n{timestamp}\n{scope}\n{sha256_hex(canonical)}"
-    return (
-        f"{ALGORITHM} Credential={secret_id}/{scope}, SignedHeaders={names},"
-        f" Signature={hmac_hex(key, to_sign)}"
-    )
+    return scoped_authorization(
+        ALGORITHM, key_id=secret_id, scope=scope, stamp=str(timestamp),
+        canonical=canonical, names=names,
+        key=derived_key(f"TC3{secret_key}".encode(), day, service, "tc3_request"),
+    )  # fmt: skip
 
 
 class Tencent(KeyedClient):

@@ -25,7 +25,12 @@ from urllib.parse import urlsplit
 
 from .base import Picture, ProviderError, Verdict
 from .http import KeyedClient, coded, decided, post_json
-from .signing import canonical_request, derived_key, hmac_hex, sha256_hex
+from .signing import (
+    canonical_request,
+    derived_key,
+    scoped_authorization,
+    sha256_hex,
+)
 
 SERVICE: Final = "BusinessSecurity"
 REGION: Final = "cn-north-1"
@@ -50,12 +55,11 @@ def authorization(
     canonical, names = canonical_request(query, headers, body)
     stamp = headers["X-Date"]
     scope = f"{stamp[:8]}/{region}/{SERVICE}/request"
-    key = derived_key(secret.encode(), stamp[:8], region, SERVICE, "request")
-    signature = hmac_hex(key, f"{ALGORITHM}\n{stamp}\n{scope}\n{sha256_hex(canonical)}")
-    return (
-        f"{ALGORITHM} Credential={key_id}/{scope}, SignedHeaders={names},"
-        f" Signature={signature}"
-    )
+    return scoped_authorization(
+        ALGORITHM, key_id=key_id, scope=scope, stamp=stamp, canonical=canonical,
+        names=names,
+        key=derived_key(secret.encode(), stamp[:8], region, SERVICE, "request"),
+    )  # fmt: skip
 
 
 class Volcengine(KeyedClient):
