@@ -462,3 +462,21 @@ async def test_the_key_is_in_no_log_answer_or_repr(
     assert [SECRET_KEY in text or SECRET_KEY[::-1] in text for text in seen] == [
         False
     ] * len(seen)
+
+
+async def test_a_provider_that_fetches_by_url_warns_of_a_local_base_url(
+    studio: MakeClient, provider_env: Env, fake: FakeProvider,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """Alibaba and Volcengine cannot reach 127.0.0.1: serve says so at start-up."""
+    caplog.set_level(logging.WARNING, logger="service.moderation.setup")
+    await studio(**provider_env)
+    warned = [r.getMessage() for r in caplog.records if "fetches images" in r.message]
+    assert warned == (
+        []
+        if fake.name == "tencent"
+        else [
+            f"moderation provider {fake.name} fetches images by URL, but base_url"
+            " (127.0.0.1) is not reachable from the internet"
+        ]
+    )
