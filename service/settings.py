@@ -103,7 +103,7 @@ class MediaS3Settings:
 
 
 # The moderation providers `moderation.provider` may name.
-MODERATION_PROVIDERS: Final = ("none", "tencent")
+MODERATION_PROVIDERS: Final = ("none", "aliyun", "tencent", "volcengine")
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,12 +115,16 @@ class ModerationSettings:
     # Seconds between looks at content/moderation/blocked.txt for changes.
     reload_seconds: float = 10.0
     # A cloud moderation service for prompts (after the list), outputs and
-    # uploads: "none" or "tencent"; its key pair, region and endpoint ("": its own).
+    # uploads: "none", "aliyun", "tencent" or "volcengine"; its key pair, region
+    # and endpoint ("": the provider's own default).
     provider: str = "none"
     access_key_id: str = ""
     access_key_secret: str = field(default="", repr=False)
-    region: str = "ap-guangzhou"
+    region: str = ""
     endpoint: str = ""
+    # Volcengine's application id (a number) and business type, from its console.
+    app_id: str = ""
+    biz_type: str = ""
     # Seconds one call to the provider may take before it is tried again.
     timeout: float = 10.0
 
@@ -388,13 +392,25 @@ def _moderation(raw: Mapping[str, Any]) -> ModerationSettings:
     endpoint = _text(raw, "moderation.endpoint")
     if endpoint and not endpoint.startswith(("https://", "http://")):
         raise SettingsError(f"{variable('moderation.endpoint')}: must be a URL")
+    app_id = _text(raw, "moderation.app_id")
+    if provider == "volcengine" and not app_id.isdigit():
+        raise SettingsError(
+            f"{variable('moderation.app_id')}: Volcengine's application id (a number)"
+        )
+    region = _text(raw, "moderation.region")
+    if region and not re.fullmatch(r"[a-z0-9-]{1,40}", region):
+        raise SettingsError(
+            f"{variable('moderation.region')}: a region name such as cn-shanghai"
+        )
     return ModerationSettings(
         log_days=_integer(raw, "moderation.log_days", 180, 3650),
         reload_seconds=_number(raw, "moderation.reload_seconds", 0.1, 60.0),
         provider=provider,
         access_key_id=key_id,
         access_key_secret=secret,
-        region=_text(raw, "moderation.region") or "ap-guangzhou",
+        region=region,
+        app_id=app_id,
+        biz_type=_text(raw, "moderation.biz_type"),
         endpoint=endpoint,
         timeout=_number(raw, "moderation.timeout", 0.1, 120.0),
     )

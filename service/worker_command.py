@@ -47,6 +47,7 @@ async def _work(settings: Settings, content: Content) -> None:
         media=media,
         upstream_for=upstreams,
         wait_replicas=settings.redis_wait_replicas,
+        base_url=settings.base_url,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

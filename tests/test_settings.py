@@ -96,6 +96,22 @@ def test_every_contract_variable_is_understood() -> None:
         ({"STUDIO_MAIL_FROM": "a@b@c"}, "STUDIO_MAIL_FROM"),
         ({"STUDIO_REDISURL": "redis://x"}, "STUDIO_REDISURL"),
         ({"STUDIO_CONFIG": "/nonexistent.toml"}, "STUDIO_CONFIG"),
+        ({"STUDIO_MODERATION_PROVIDER": "baidu"}, "STUDIO_MODERATION_PROVIDER"),
+        (
+            {"STUDIO_MODERATION_PROVIDER": "aliyun"},
+            "STUDIO_MODERATION_ACCESS_KEY_ID and STUDIO_MODERATION_ACCESS_KEY_SECRET",
+        ),
+        ({"STUDIO_MODERATION_REGION": "cn.evil/x"}, "STUDIO_MODERATION_REGION"),
+        (
+            {
+                "STUDIO_MODERATION_PROVIDER": "volcengine",
+                "STUDIO_MODERATION_ACCESS_KEY_ID": "AK",
+                "STUDIO_MODERATION_ACCESS_KEY_SECRET": "SK",
+                "STUDIO_MODERATION_APP_ID": "my-app",
+            },
+            "STUDIO_MODERATION_APP_ID",
+        ),
+        ({"STUDIO_MODERATION_ENDPOINT": "green-cip"}, "STUDIO_MODERATION_ENDPOINT"),
     ],
 )
 def test_a_bad_value_names_its_variable(environ: dict[str, str], named: str) -> None:

@@ -17,7 +17,7 @@ from typing import Final
 
 from ..settings import ModerationSettings
 from .log import Record
-from .providers.base import Provider, ProviderError, Verdict
+from .providers.base import Picture, Provider, ProviderError, Verdict
 from .providers.chosen import provider_for
 
 _LOGGER: Final = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class OutputCheck:
     async def check(
         self,
         keys: Sequence[str],
-        read: Callable[[str], Awaitable[bytes]],
+        picture: Callable[[str], Awaitable[Picture]],
         deadline: float,
         *,
         account: str,
@@ -54,7 +54,7 @@ class OutputCheck:
         if self._provider is None:
             return
         for key in keys:
-            verdict = await self._ask(self._provider, await read(key), deadline)
+            verdict = await self._ask(self._provider, await picture(key), deadline)
             if verdict.blocked:
                 raise OutputRefused(
                     "CONTENT_BLOCKED",
@@ -68,7 +68,9 @@ class OutputCheck:
                     ),
                 )
 
-    async def _ask(self, provider: Provider, data: bytes, deadline: float) -> Verdict:
+    async def _ask(
+        self, provider: Provider, picture: Picture, deadline: float
+    ) -> Verdict:
         pause = FIRST_PAUSE_SECONDS
         while True:
             left = deadline - MARGIN_SECONDS - time.time()
@@ -76,7 +78,7 @@ class OutputCheck:
                 raise OutputRefused("UPSTREAM_FAILED")
             try:
                 async with asyncio.timeout(min(self._timeout, left)):
-                    return await provider.image(data)
+                    return await provider.image(picture)
             except (ProviderError, TimeoutError) as err:
                 _LOGGER.warning("%s image check: %s; asking again", provider.name, err)
             await asyncio.sleep(

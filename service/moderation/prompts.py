@@ -19,7 +19,7 @@ from aiohttp import web
 
 from ..api.errors import UNAVAILABLE_RETRY_AFTER, ApiError
 from .log import ModerationLog, Record
-from .providers.base import Provider, ProviderError, Verdict
+from .providers.base import Picture, Provider, ProviderError, Verdict
 from .wordlist import Match, WatchedList
 
 
@@ -73,9 +73,9 @@ class Moderation:
             )
             raise ApiError(400, "CONTENT_BLOCKED", field=field)
 
-    async def screen_image(self, data: bytes, *, account: str) -> None:
+    async def screen_image(self, picture: Picture, *, account: str) -> None:
         """Refuse an upload the provider blocks: one log record, then 400 `file`."""
-        if self.provider and (said := await self._ask(self.provider.image(data))):
+        if self.provider and (said := await self._ask(self.provider.image(picture))):
             record = Record(
                 source="upload", verdict="blocked", account=account, rule=said.label
             )

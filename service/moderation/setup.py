@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
+from typing import Final
 
 from aiohttp import web
 
@@ -16,9 +18,11 @@ from ..limits.setup import limit_routes
 from ..settings import Settings
 from .log import ModerationLog
 from .prompts import MODERATION, Moderation
-from .providers.chosen import provider_for
+from .providers.chosen import fetch_warning, provider_for
 from .reports import REPORTS, ReportStore, report_square_work
 from .wordlist import WatchedList, list_path
+
+_LOGGER: Final = logging.getLogger(__name__)
 
 
 def watched_list(settings: Settings) -> WatchedList:
@@ -50,6 +54,8 @@ def moderation_ctx(
 
     async def opened(app: web.Application) -> AsyncIterator[None]:
         options = app[SETTINGS].workbench.moderation
+        if (warning := fetch_warning(app[SETTINGS])) is not None:
+            _LOGGER.warning("%s", warning)
         log = ModerationLog(app[REDIS], options.log_days, app[CLOCK])
         app[MODERATION] = moderation_for(app[SETTINGS], log, words)
         app[REPORTS] = ReportStore(app[REDIS], log)

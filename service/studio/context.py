@@ -52,6 +52,7 @@ async def embedded_worker_ctx(app: web.Application) -> AsyncIterator[None]:
         metrics=app[METRICS],
         wait_replicas=app[SETTINGS].redis_wait_replicas,
         clock=app[CLOCK],
+        base_url=app[SETTINGS].base_url,
     )
     stop = asyncio.Event()
     task = asyncio.create_task(worker.run(stop), name="embedded-worker")

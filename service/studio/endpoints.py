@@ -33,6 +33,7 @@ from ..keys import CLOCK, CONTENT, REDIS, SETTINGS
 from ..limits.http import enforce
 from ..metrics import METRICS
 from ..moderation.prompts import MODERATION
+from ..moderation.providers.base import Picture
 from ..web.hardening import BAD_DISPOSITION
 from ..web.keys import SECURITY
 from .events import CLOSE
@@ -54,6 +55,7 @@ from .keys import (
     WORKS,
 )
 from .ledger import account_key
+from .media.fetchable import fetchable_url
 from .media.images import InvalidImage, inspect_image
 from .media.store import new_key
 from .positions import PUSH_SECONDS, LineWatch
@@ -365,12 +367,13 @@ async def upload(request: web.Request) -> web.StreamResponse:
         info = await loop.run_in_executor(None, inspect_image, data)
     except InvalidImage:
         raise ApiError(400, "INVALID_IMAGE") from None
-    await app[MODERATION].screen_image(data, account=account)
     media = app[MEDIA]
     key = new_key(info.extension)
-    await media.put(key, data)
+    await media.put(key, data)  # first: a provider may fetch it by its URL
     upload_id = secrets.token_hex(10)
     try:
+        url = await fetchable_url(media, key, app[SETTINGS].base_url)
+        await app[MODERATION].screen_image(Picture(data, url), account=account)
         await app[GENERATIONS].record_upload(
             account,
             upload_id,

@@ -23,12 +23,14 @@ from ..content import Content, Model
 from ..metrics import Metrics
 from ..moderation.log import ModerationLog, Record, upstream_refusal
 from ..moderation.outputs import OutputCheck, OutputRefused
+from ..moderation.providers.base import Picture
 from ..settings import WorkbenchSettings
 from ..store.connect import STORE_ERRORS
 from ..store.pubsub import Subscriber
 from .generations import GenerationStore
 from .ledger import account_key, iso, now, text
 from .media.finishing import finish
+from .media.fetchable import fetchable_url
 from .media.store import CONTENT_TYPES, MediaStore, new_key
 from .positions import Timings
 from .queue import CANCEL_CHANNEL, READY_CHANNEL, JobQueue
@@ -77,6 +79,8 @@ class Worker:
     in_flight: Mapping[str, int] | None = None
     # What day it is: a model past its retires_at runs no more jobs.
     clock: Clock = utc_now
+    # The app's origin: outputs' URLs a moderation provider fetches are made on it.
+    base_url: str = ""
     consumer: str = field(
         default_factory=lambda: (
             f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
@@ -247,7 +251,7 @@ class Worker:
         shown = [w["thumb_key" if w["kind"] == "video" else "media_key"] for w in works]
         try:  # the moderation provider's look at every output, if one is set
             await self.output_check.check(
-                shown, self._read, float(job["deadline"]),
+                shown, self._picture, float(job["deadline"]),
                 account=account, generation=fields,
             )  # fmt: skip
         except OutputRefused as refused:
@@ -274,8 +278,9 @@ class Worker:
         for key in keys:
             await self.media.delete(key)
 
-    async def _read(self, key: str) -> bytes:
-        return b"".join([chunk async for chunk in self.media.chunks(key)])
+    async def _picture(self, key: str) -> Picture:
+        data = b"".join([chunk async for chunk in self.media.chunks(key)])
+        return Picture(data, await fetchable_url(self.media, key, self.base_url))
 
     async def _retired(self, account: str, gid: str) -> bool:
         """Tell whether the job's model has retired since it was charged.

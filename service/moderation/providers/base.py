@@ -14,6 +14,17 @@ class Verdict:
     label: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Picture:
+    """An image to check: its bytes, and an absolute URL a provider can fetch it at.
+
+    Tencent takes the bytes; Alibaba Cloud and Volcengine fetch the URL.
+    """
+
+    data: bytes
+    url: str = ""
+
+
 class ProviderError(Exception):
     """The provider did not answer usefully (unreachable, slow, an error answer)."""
 
@@ -27,6 +38,6 @@ class Provider(Protocol):
         """Check a text (a prompt)."""
         ...
 
-    async def image(self, data: bytes) -> Verdict:
+    async def image(self, picture: Picture) -> Verdict:
         """Check an image (an output, a video's poster, an upload)."""
         ...

@@ -2,19 +2,57 @@
 
 from __future__ import annotations
 
-from ...settings import ModerationSettings
+import ipaddress
+from typing import Final
+from urllib.parse import urlsplit
+
+from ...settings import ModerationSettings, Settings
+from .aliyun import Aliyun
 from .base import Provider
 from .tencent import Tencent
+from .volcengine import Volcengine
+
+PROVIDERS: Final[dict[str, type[Aliyun] | type[Tencent] | type[Volcengine]]] = {
+    "aliyun": Aliyun,
+    "tencent": Tencent,
+    "volcengine": Volcengine,
+}
+
+
+# The providers that fetch images by URL instead of taking their bytes.
+BY_URL: Final = frozenset({"aliyun", "volcengine"})
+
+
+def _local(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private or address.is_link_local
+
+
+def fetch_warning(settings: Settings) -> str | None:
+    """Say so when the provider would fetch images where the internet can't reach."""
+    workbench = settings.workbench
+    if workbench.moderation.provider not in BY_URL:
+        return None
+    if workbench.media_s3 is not None:
+        origin, named = workbench.media_s3.endpoint, "media.s3_endpoint"
+    else:
+        origin = workbench.media_public_url or settings.base_url
+        named = "media.public_url" if workbench.media_public_url else "base_url"
+    host = urlsplit(origin).hostname or ""
+    if not origin or not _local(host):
+        return None
+    return (
+        f"moderation provider {workbench.moderation.provider} fetches images by URL,"
+        f" but {named} ({host}) is not reachable from the internet"
+    )
 
 
 def provider_for(settings: ModerationSettings) -> Provider | None:
     """Return the configured provider, or None for `none`."""
-    if settings.provider == "tencent":
-        return Tencent(
-            secret_id=settings.access_key_id,
-            secret_key=settings.access_key_secret,
-            region=settings.region,
-            endpoint=settings.endpoint,
-            timeout=settings.timeout,
-        )
-    return None
+    kind = PROVIDERS.get(settings.provider)
+    return None if kind is None else kind(settings)

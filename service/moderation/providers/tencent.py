@@ -13,25 +13,20 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import hashlib
-import hmac
 import json
 import time
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-import aiohttp
-
-from .base import ProviderError, Verdict
+from .base import Picture, ProviderError, Verdict
+from .http import KeyedClient, decided, post_json
+from .signing import canonical_request, derived_key, scoped_authorization
 
 VERSION: Final = "2020-12-29"
+REGION: Final = "ap-guangzhou"
+SUGGESTIONS: Final = ("Block", "Review", "Pass")
 ALGORITHM: Final = "TC3-HMAC-SHA256"
-_SIGNED: Final = "content-type;host;x-tc-action"
 _CONTENT_TYPE: Final = "application/json; charset=utf-8"
-
-
-def _hmac(key: bytes, message: str) -> bytes:
-    return hmac.new(key, message.encode(), hashlib.sha256).digest()
 
 
 def authorization(
@@ -45,62 +40,35 @@ def authorization(
     timestamp: int,
 ) -> str:
     """Sign one request (Tencent Cloud API 3.0, TC3-HMAC-SHA256)."""
-    canonical = "\n".join(
-        [
-            "POST",
-            "/",
-            "",
-            f"content-type:{_CONTENT_TYPE}\nhost:{host}\nx-tc-action:{action.lower()}\n",
-            _SIGNED,
-            hashlib.sha256(body).hexdigest(),
-        ]
-    )
+    signed = {
+        "content-type": _CONTENT_TYPE,
+        "host": host,
+        "x-tc-action": action.lower(),
+    }
+    canonical, names = canonical_request({}, signed, body)
     day = dt.datetime.fromtimestamp(timestamp, dt.UTC).strftime("%Y-%m-%d")
     scope = f"{day}/{service}/tc3_request"
-    to_sign = "\n".join(
-        [
-            ALGORITHM,
-            str(timestamp),
-            scope,
-            hashlib.sha256(canonical.encode()).hexdigest(),
-        ]
-    )
-    key = _hmac(_hmac(_hmac(f"TC3{secret_key}".encode(), day), service), "tc3_request")
-    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-    return (
-        f"{ALGORITHM} Credential={secret_id}/{scope}, SignedHeaders={_SIGNED},"
-        f" Signature={signature}"
-    )
+    return scoped_authorization(
+        ALGORITHM, key_id=secret_id, scope=scope, stamp=str(timestamp),
+        canonical=canonical, names=names,
+        key=derived_key(f"TC3{secret_key}".encode(), day, service, "tc3_request"),
+    )  # fmt: skip
 
 
-class Tencent:
+class Tencent(KeyedClient):
     """TMS for text, IMS for images."""
 
     name = "tencent"
-
-    def __init__(
-        self,
-        *,
-        secret_id: str,
-        secret_key: str,
-        region: str,
-        endpoint: str,
-        timeout: float,
-    ) -> None:
-        self._id = secret_id
-        self._key = secret_key
-        self._region = region
-        self._endpoint = endpoint
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
+    region = REGION
 
     async def text(self, content: str) -> Verdict:
         """TextModeration of a prompt (Content is the Base64 of its UTF-8)."""
         encoded = base64.b64encode(content.encode()).decode()
         return await self._call("tms", "TextModeration", {"Content": encoded})
 
-    async def image(self, data: bytes) -> Verdict:
+    async def image(self, picture: Picture) -> Verdict:
         """ImageModeration of an image's bytes (FileContent, Base64, at most 10 MB)."""
-        encoded = base64.b64encode(data).decode()
+        encoded = base64.b64encode(picture.data).decode()
         return await self._call("ims", "ImageModeration", {"FileContent": encoded})
 
     async def _call(self, service: str, action: str, params: dict[str, Any]) -> Verdict:
@@ -111,7 +79,7 @@ class Tencent:
         headers = {
             "Authorization": authorization(
                 secret_id=self._id,
-                secret_key=self._key,
+                secret_key=self._secret,
                 service=service,
                 host=host,
                 action=action,
@@ -125,20 +93,16 @@ class Tencent:
             "X-TC-Version": VERSION,
             "X-TC-Region": self._region,
         }
-        try:
-            async with (
-                aiohttp.ClientSession(timeout=self._timeout) as http,
-                http.post(url.rstrip("/") + "/", data=body, headers=headers) as reply,
-            ):
-                answer = await reply.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError) as err:
-            raise ProviderError(f"tencent {action}: {type(err).__name__}") from err
+        answer = await post_json(
+            url.rstrip("/") + "/", body=body, headers=headers,
+            within=self._timeout, what=f"tencent {action}",
+        )  # fmt: skip
         response = answer.get("Response") if isinstance(answer, dict) else None
         if not isinstance(response, dict) or "Error" in response:
             code = (response or {}).get("Error", {}).get("Code", "malformed answer")
             raise ProviderError(f"tencent {action}: {code}")
-        suggestion = response.get("Suggestion")
-        if suggestion not in ("Block", "Review", "Pass"):
-            raise ProviderError(f"tencent {action}: no Suggestion")
+        suggestion, _ = decided(
+            response, "Suggestion", SUGGESTIONS, f"tencent {action}"
+        )
         label = str(response.get("Label") or "")
         return Verdict(blocked=suggestion == "Block", label=f"tencent:{label}")
