@@ -29,8 +29,8 @@ from ..store.connect import STORE_ERRORS
 from ..store.pubsub import Subscriber
 from .generations import GenerationStore
 from .ledger import account_key, iso, now, text
-from .media.finishing import finish
 from .media.fetchable import fetchable_url
+from .media.finishing import finish
 from .media.store import CONTENT_TYPES, MediaStore, new_key
 from .positions import Timings
 from .queue import CANCEL_CHANNEL, READY_CHANNEL, JobQueue
