@@ -8,6 +8,7 @@ failed requests and error answers it did not provoke.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
@@ -30,8 +31,10 @@ from playwright.async_api import (
 from redis.asyncio import Redis
 
 from service.app import create_app
+from service.keys import SETTINGS
 from service.settings import load_settings
 from service.store.embedded import MailCatcher, RedisServer, free_port
+from service.studio.positions import RUNS_KEY, WINDOW_SECONDS
 
 from .browser_support import (
     CHROMIUM,
@@ -159,6 +162,25 @@ async def _finished(person: aiohttp.ClientSession, **body: Any) -> dict[str, Any
     return await wait_for_status(person, generation["id"], {"succeeded"}, 60)  # type: ignore[arg-type]
 
 
+async def _run_time_known(bench: Bench) -> None:
+    """Wait until the worker has sent its first run time and serve may read it.
+
+    The worker sends its run times once a second; each app process reads them
+    again at most every WINDOW_SECONDS, so that much later every answer has one.
+    """
+    redis = Redis.from_url(bench.client.app[SETTINGS].redis_url)
+    try:
+        for _ in range(100):
+            if await redis.exists(RUNS_KEY + "seedream-4"):
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the worker sent no run time within 10 s")
+    finally:
+        await redis.aclose()
+    await asyncio.sleep(WINDOW_SECONDS + 0.1)
+
+
 async def _fits(page: Page) -> None:
     width = await page.evaluate("() => document.documentElement.scrollWidth")
     viewport = page.viewport_size
@@ -188,6 +210,7 @@ async def test_a_queued_job_shows_its_place_and_estimate_then_runs(
     """A preset chip goes into the request; the job waits its turn, then runs."""
     other, me = await bench.person(), await bench.person()
     await _finished(other, prompt="a first run, for the estimate")
+    await _run_time_known(bench)
     for n in range(2):  # a line ahead of mine
         await _submit(other, prompt=f"ahead of you {n}")
     page, seen = await bench.page_of(me)

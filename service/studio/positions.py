@@ -35,7 +35,7 @@ STARTS: Final = 21
 WINDOW_SECONDS: Final = 2.0
 # The event stream's pace: new places and estimates at most this often.
 PUSH_SECONDS: Final = 2.0
-_RUNS_KEY: Final = "studio:eta:runs:"
+RUNS_KEY: Final = "studio:eta:runs:"
 # How many jobs of the lines named (KEYS: one shard's on a cluster, all of them
 # on one server) were queued before each of the scores given.
 _AHEAD: Final = """
@@ -85,7 +85,7 @@ class Timings:
         async with redis.pipeline(transaction=False) as pipe:
             for key, values, size in [
                 (_STARTS_KEY, starts, STARTS),
-                *((_RUNS_KEY + model, times, RUNS) for model, times in runs.items()),
+                *((RUNS_KEY + model, times, RUNS) for model, times in runs.items()),
             ]:
                 if values:
                     pipe.lpush(key, *(f"{value:.3f}" for value in values))
@@ -152,7 +152,7 @@ class Positions:
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.lrange(_STARTS_KEY, 0, -1)
             for name in names:
-                pipe.lrange(_RUNS_KEY + name, 0, -1)
+                pipe.lrange(RUNS_KEY + name, 0, -1)
             starts, *runs = await pipe.execute()
         self._runs = {
             name: statistics.fmean(float(text(x)) for x in window) if window else None
