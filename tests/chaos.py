@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from service.store.embedded import free_port
+from .ports import free_port
 
 
 class HangingProxy:

@@ -21,6 +21,7 @@ from service.settings import Settings, load_settings
 from service.store.embedded import MailCatcher, RedisServer
 
 from .cluster import Cluster
+from .ports import free_port
 
 if TYPE_CHECKING:  # tests/shop.py imports this module
     from .shop import Shop
@@ -65,14 +66,14 @@ def pytest_testnodedown(node: Any, error: object) -> None:
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     """Start one Redis-compatible server (no persistence) for the whole run."""
-    with RedisServer() as server:
+    with RedisServer(port=free_port()) as server:
         yield server
 
 
 @pytest.fixture(scope="session")
 def mail_server() -> Iterator[MailCatcher]:
     """Start one aiosmtpd server that keeps every message it receives."""
-    with MailCatcher() as catcher:
+    with MailCatcher(port=free_port()) as catcher:
         yield catcher
 
 

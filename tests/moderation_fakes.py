@@ -32,7 +32,7 @@ import aiohttp
 from aiohttp import web
 from PIL import Image
 
-from service.store.embedded import free_port
+from .ports import free_port
 
 SECRET_ID = "AKIDfake0123456789abcdefghijklmn"
 SECRET_KEY = "fake-secret-key-0123456789abcdef"

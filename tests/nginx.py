@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from service.settings import ROOT
-from service.store.embedded import free_port
+
+from .ports import free_port
 
 NGINX = shutil.which("nginx") or next(
     (

@@ -15,7 +15,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 
 from service.settings import ROOT
-from service.store.embedded import free_port
+
+from .ports import free_port
 
 
 def studio_environ(**variables: str) -> dict[str, str]:

@@ -25,10 +25,10 @@ from service.app import create_app
 from service.payments import signing
 from service.payments.fake import FakeGateway, FakeKeys
 from service.payments.fake_routes import fake_gateway_app
-from service.store.embedded import free_port
 
 from .conftest import Client, SettingsFactory
 from .payments import fake_keys
+from .ports import free_port
 
 
 def provider_environ(keys: FakeKeys, gateway_url: str) -> dict[str, str]:

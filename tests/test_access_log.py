@@ -23,10 +23,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
 
 from service.settings import SettingsError, load_settings
-from service.store.embedded import RedisServer, free_port
+from service.store.embedded import RedisServer
 from service.web.access_log import AccessLog
 
 from .conftest import TEST_SECRET
+from .ports import free_port
 from .processes import studio_environ, wait_until_healthy
 
 

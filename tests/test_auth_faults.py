@@ -15,9 +15,10 @@ from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
 
 from service.app import create_app
-from service.store.embedded import MailCatcher, RedisServer, free_port
+from service.store.embedded import MailCatcher, RedisServer
 
 from .conftest import Client, SettingsFactory, collector_paused, latest_code
+from .ports import free_port
 
 
 class FlakyRelay(MailCatcher):
@@ -117,7 +118,7 @@ async def test_a_relay_that_never_greets_times_out_within_the_deadline(
 
 @pytest.fixture
 def own_redis() -> Iterator[RedisServer]:
-    with RedisServer() as server:
+    with RedisServer(port=free_port()) as server:
         yield server
 
 

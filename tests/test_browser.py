@@ -36,7 +36,7 @@ from redis.asyncio import Redis
 from service.app import create_app
 from service.keys import SETTINGS
 from service.settings import load_settings
-from service.store.embedded import MailCatcher, RedisServer, free_port
+from service.store.embedded import MailCatcher, RedisServer
 
 from .browser_support import (
     CHROMIUM,
@@ -53,6 +53,7 @@ from .browser_support import (
     watch,
 )
 from .conftest import GENEROUS_LIMITS, TEST_SECRET, latest_code
+from .ports import free_port
 from .processes import studio_environ
 from .workbench import (
     new_address,

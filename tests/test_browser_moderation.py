@@ -22,7 +22,7 @@ from redis.asyncio import Redis
 from service.app import create_app
 from service.moderation.log import ModerationLog
 from service.settings import load_settings
-from service.store.embedded import MailCatcher, RedisServer, free_port
+from service.store.embedded import MailCatcher, RedisServer
 
 from .browser_support import (
     CHROMIUM,
@@ -37,6 +37,7 @@ from .browser_support import (
     watch,
 )
 from .conftest import GENEROUS_LIMITS, TEST_SECRET
+from .ports import free_port
 from .workbench import new_address, sign_in as sign_in_api, wait_for_status
 
 if not CHROMIUM.exists():

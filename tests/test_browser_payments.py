@@ -29,7 +29,7 @@ from redis.asyncio import Redis
 from service.app import create_app
 from service.payments.fake import FAKE_GATEWAY
 from service.settings import load_settings
-from service.store.embedded import MailCatcher, RedisServer, free_port
+from service.store.embedded import MailCatcher, RedisServer
 from service.studio.keys import LEDGER
 
 from .browser_support import (
@@ -45,6 +45,7 @@ from .browser_support import (
     watch,
 )
 from .conftest import GENEROUS_LIMITS, TEST_SECRET
+from .ports import free_port
 from .workbench import new_address
 
 if not CHROMIUM.exists():

@@ -33,7 +33,7 @@ from redis.asyncio import Redis
 from service.app import create_app
 from service.keys import SETTINGS
 from service.settings import load_settings
-from service.store.embedded import MailCatcher, RedisServer, free_port
+from service.store.embedded import MailCatcher, RedisServer
 from service.studio.positions import RUNS_KEY, WINDOW_SECONDS
 
 from .browser_support import (
@@ -48,6 +48,7 @@ from .browser_support import (
     watch,
 )
 from .conftest import GENEROUS_LIMITS, TEST_SECRET
+from .ports import free_port
 from .workbench import sign_in as sign_in_api, wait_for_status
 
 if not CHROMIUM.exists():

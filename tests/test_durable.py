@@ -20,15 +20,11 @@ from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
 from service.store.durable import WAIT_MS
-from service.store.embedded import (
-    MailCatcher,
-    RedisServer,
-    find_server_binary,
-    free_port,
-)
+from service.store.embedded import MailCatcher, RedisServer, find_server_binary
 
 from .conftest import TEST_SECRET, MakeClient, SettingsFactory
 from .logs import crashes
+from .ports import free_port
 from .processes import studio_environ
 from .shop import credits, open_shop
 from .test_webhooks import acknowledged, deliver, held_payment
@@ -110,7 +106,7 @@ class Replica:
 @pytest.fixture
 def replicated(tmp_path: Path) -> Iterator[tuple[RedisServer, Replica]]:
     """A master of the test's own, with one replica in sync."""
-    with RedisServer() as master:
+    with RedisServer(port=free_port()) as master:
         replica = Replica(master, tmp_path)
         try:
             replica.start()

@@ -15,6 +15,7 @@ from service.store.embedded import MailCatcher, RedisServer
 
 from .chaos import HangingProxy
 from .conftest import Client, SettingsFactory, collector_paused
+from .ports import free_port
 from .test_square import sample_work
 from .workbench import sign_in
 
@@ -26,7 +27,7 @@ BUDGET = 0.15
 
 @pytest.fixture
 def own_redis() -> Iterator[RedisServer]:
-    with RedisServer() as server:
+    with RedisServer(port=free_port()) as server:
         yield server
 
 

@@ -23,6 +23,7 @@ from service.studio.keys import EVENTS
 
 from .conftest import Client, Env, MakeClient, SettingsFactory
 from .logs import troubles
+from .ports import free_port
 from .workbench import (
     balance,
     job_finished,
@@ -329,7 +330,7 @@ async def test_submit_with_redis_down_answers_503_and_charges_nothing(
     tmp_path: Path,
 ) -> None:
     """Redis stops between sign-in and submit: 503 UNAVAILABLE; back up, unchanged."""
-    server = RedisServer(data_dir=tmp_path / "redis")
+    server = RedisServer(port=free_port(), data_dir=tmp_path / "redis")
     server.start()
     try:
         settings = make_settings(**{**studio_env, "STUDIO_REDIS_URL": server.url})

@@ -30,7 +30,7 @@ from service.app import create_app
 from service.payments.keys import PROVIDERS
 from service.payments.providers.wechatpay import WechatPayProvider
 from service.settings import load_settings
-from service.store.embedded import MailCatcher, RedisServer, free_port
+from service.store.embedded import MailCatcher, RedisServer
 
 from .conftest import GENEROUS_LIMITS, SUMMARY, TEST_SECRET
 from .internal_fuzz import (
@@ -41,6 +41,7 @@ from .internal_fuzz import (
     serving,
     settings_variables,
 )
+from .ports import free_port
 
 SPEC_PATH: Final = Path(__file__).with_name("internal_openapi.yaml")
 SPEC: Final[dict[str, Any]] = yaml.safe_load(SPEC_PATH.read_text())

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from service.store.embedded import RedisServer, free_port
+from service.store.embedded import RedisServer
 
 from .conftest import TEST_SECRET
+from .ports import free_port
 from .processes import output_of, running
 
 UNSIGNED = "files are not signed with C2PA Content Credentials"

@@ -17,9 +17,10 @@ from typing import Final
 
 import pytest
 
-from service.store.embedded import RedisServer, free_port
+from service.store.embedded import RedisServer
 
 from .conftest import TEST_SECRET
+from .ports import free_port
 from .processes import output_of, running
 
 # Modules `serve` must not load: name (or dotted prefix) -> who uses it instead.

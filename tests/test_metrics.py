@@ -8,9 +8,10 @@ from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
 
 from service.app import create_app
-from service.store.embedded import MailCatcher, free_port
+from service.store.embedded import MailCatcher
 
 from .conftest import SettingsFactory
+from .ports import free_port
 from .workbench import sign_in
 
 

@@ -45,11 +45,12 @@ from service.moderation.log import ModerationLog
 from service.moderation.providers.base import Picture, ProviderError
 from service.moderation.providers.chosen import provider_for
 from service.settings import ModerationSettings
-from service.store.embedded import MailCatcher, RedisServer, free_port
+from service.store.embedded import MailCatcher, RedisServer
 
 from . import test_media_s3
 from .conftest import Client, Env, MakeClient, SettingsFactory
 from .moderation_fakes import APP_ID, FAKES, SECRET_ID, SECRET_KEY, FakeProvider
+from .ports import free_port
 from .test_media_s3 import S3Server
 from .workbench import balance, ledger, sign_in, wait_for_status, worker_process
 

@@ -25,6 +25,8 @@ from service.store.embedded import RedisServer
 from service.studio.generations import GenerationStore, SubmitRefused
 from service.studio.ledger import InsufficientCredits, Ledger, account_key
 
+from .ports import free_port
+
 ACCOUNT = "b" * 24
 DAY = 86400
 PACKS = (Pack("p30", 30, 300, 0), Pack("p98", 98, 980, 80), Pack("p1", 1, 10, 3))
@@ -33,7 +35,7 @@ PACKS = (Pack("p30", 30, 300, 0), Pack("p98", 98, 980, 80), Pack("p1", 1, 10, 3)
 @pytest.fixture(scope="module")
 def own_server() -> Iterator[RedisServer]:
     """One Redis-compatible server for this module's examples."""
-    with RedisServer() as server:
+    with RedisServer(port=free_port()) as server:
         yield server
 
 

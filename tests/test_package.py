@@ -17,10 +17,11 @@ import pytest
 
 from service.content import CONTENT_DIR
 from service.settings import DEFAULT_CONFIG, PACKAGE, ROOT
-from service.store.embedded import RedisServer, free_port
+from service.store.embedded import RedisServer
 from service.web.setup import TEMPLATES_DIR
 
 from .conftest import TEST_SECRET
+from .ports import free_port
 from .processes import studio_environ, wait_until_healthy
 
 

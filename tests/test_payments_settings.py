@@ -17,10 +17,11 @@ from service.payments import signing
 from service.payments.context import opened
 from service.payments.providers.alipay import AlipayProvider
 from service.settings import ROOT, SettingsError, load_settings
-from service.store.embedded import MailCatcher, RedisServer, free_port
+from service.store.embedded import MailCatcher, RedisServer
 
 from .conftest import TEST_SECRET, SettingsFactory
 from .payments import fake_keys
+from .ports import free_port
 from .processes import output_of, running, studio_environ
 from .shop import buy, credits, provider_environ
 from .workbench import sign_in

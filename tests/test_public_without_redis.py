@@ -13,6 +13,7 @@ from service.store.embedded import RedisServer
 from service.web.routes import PUBLIC_ROUTES
 
 from .conftest import Client, SettingsFactory, listening
+from .ports import free_port
 
 Snapshot = dict[tuple[str, str], tuple[int, str, str, bytes]]
 
@@ -20,7 +21,7 @@ Snapshot = dict[tuple[str, str], tuple[int, str, str, bytes]]
 @pytest.fixture
 def own_redis() -> Iterator[RedisServer]:
     """A server this test may stop."""
-    with RedisServer() as server:
+    with RedisServer(port=free_port()) as server:
         yield server
 
 

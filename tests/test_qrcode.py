@@ -14,9 +14,9 @@ from redis.asyncio import Redis
 
 from service.app import create_app
 from service.payments.qrcode import BORDER, qr_svg
-from service.store.embedded import free_port
 
 from .conftest import Client, SettingsFactory
+from .ports import free_port
 from .workbench import sign_in
 
 SVG = "{http://www.w3.org/2000/svg}"

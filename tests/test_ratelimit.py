@@ -26,9 +26,10 @@ from service.limits.limiter import (
     Policy,
     bucket_key,
 )
-from service.store.embedded import RedisServer, free_port
+from service.store.embedded import RedisServer
 
 from .conftest import collector_paused
+from .ports import free_port
 
 HOUR_US = 3_600_000_000
 NOW = 1_763_726_460_000_000

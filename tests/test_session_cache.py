@@ -14,6 +14,7 @@ from service.auth.sessions import COOKIE, SESSIONS
 from service.store.embedded import MailCatcher, RedisServer
 
 from .conftest import Client, SettingsFactory, listening
+from .ports import free_port
 from .workbench import sign_in, studio_command
 
 
@@ -103,7 +104,7 @@ async def test_a_shell_revoke_ends_sessions_cached_by_a_running_app(
 
 @pytest.fixture
 def own_redis() -> Iterator[RedisServer]:
-    with RedisServer() as server:
+    with RedisServer(port=free_port()) as server:
         yield server
 
 

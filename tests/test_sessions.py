@@ -25,6 +25,7 @@ from service.auth.sessions import (
 from service.store.embedded import MailCatcher, RedisServer
 
 from .conftest import TEST_SECRET, Client, SettingsFactory, forget_limits
+from .ports import free_port
 from .processes import studio_environ
 from .workbench import new_address, sign_in, studio_command
 
@@ -211,7 +212,7 @@ async def test_logout_clears_the_cookie_even_when_redis_is_gone(
     tmp_path: Path,
 ) -> None:
     """Redis stopped: 503, but the browser forgets the session cookie all the same."""
-    server = RedisServer(data_dir=tmp_path / "redis")
+    server = RedisServer(port=free_port(), data_dir=tmp_path / "redis")
     server.start()
     try:
         client = await aiohttp_client(

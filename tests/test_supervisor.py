@@ -5,23 +5,23 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from service import supervisor
 from service.settings import ROOT
-from service.store.embedded import RedisServer, free_port
+from service.store.embedded import RedisServer
 from service.supervisor import Supervisor
 
 from .conftest import TEST_SECRET
+from .ports import free_port, free_ports_in_a_row
 from .processes import studio_environ
 
 WORKERS = 3
@@ -50,20 +50,6 @@ def _wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout}s: {what}")
         time.sleep(0.05)
-
-
-def _free_ports_in_a_row(count: int) -> int:
-    """Return the first of `count` consecutive free loopback ports."""
-    while True:
-        first = free_port()
-        with ExitStack() as stack:
-            try:
-                for port in range(first, first + count):
-                    sock = stack.enter_context(socket.socket())
-                    sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return first
 
 
 @contextmanager
@@ -124,7 +110,7 @@ def test_three_workers_share_the_port_and_stop_together_on_sigterm(
     """The kernel spreads connections over all three, each with its metrics port;
     SIGTERM ends all, status 0.
     """
-    metrics = _free_ports_in_a_row(WORKERS)
+    metrics = free_ports_in_a_row(WORKERS)
     variables = {"STUDIO_METRICS_PORT": str(metrics)}
     with _supervised(tmp_path, redis_server.url, **variables) as (
         port,

@@ -11,9 +11,9 @@ from redis.asyncio import Redis
 from service.app import create_app
 from service.limits.limiter import GCRA_SCRIPT, REFUND_SCRIPT
 from service.store.connect import WARM_SECONDS
-from service.store.embedded import free_port
 
 from .conftest import SettingsFactory
+from .ports import free_port
 
 
 def _sha(script: str) -> str:

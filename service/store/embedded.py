@@ -89,15 +89,23 @@ class RedisServer:
             time.sleep(0.02)
 
     def ping(self) -> bool:
-        """Tell whether the server answers PING."""
+        """Tell whether this server, and not another process on its port, answers."""
+        if self._process is None:
+            return False
         try:
             with socket.create_connection(
                 ("127.0.0.1", self.port), timeout=0.5
             ) as sock:
-                sock.sendall(b"PING\r\n")
-                return sock.recv(16).startswith(b"+PONG")
+                sock.sendall(b"INFO server\r\n")
+                reply = b""
+                while b"process_id:" not in reply or not reply.endswith(b"\r\n"):
+                    if not (chunk := sock.recv(4096)):
+                        return False
+                    reply += chunk
         except OSError:
             return False
+        line = reply.split(b"process_id:", 1)[1].split(b"\r\n", 1)[0]
+        return line.strip() == str(self._process.pid).encode()
 
     def stop(self) -> None:
         """Shut the server down and wait for it (AOF is flushed on SIGTERM)."""
