@@ -58,7 +58,7 @@ from .ledger import account_key
 from .media.fetchable import fetchable_url
 from .media.images import InvalidImage, inspect_image
 from .media.store import new_key
-from .positions import PUSH_SECONDS, LineWatch
+from .positions import LineWatch
 from .presets import with_preset
 from .search import generations_with, read_query, walk
 
@@ -449,7 +449,6 @@ async def events(request: web.Request) -> web.StreamResponse:
             closed = asyncio.ensure_future(stream.wait())
             getter: asyncio.Future[dict[str, Any]] | None = None
             watch = LineWatch(app[POSITIONS])
-            tick = time.monotonic() + PUSH_SECONDS
 
             async def send_generations(shown: list[dict[str, Any]]) -> None:
                 for generation in shown:
@@ -463,15 +462,15 @@ async def events(request: web.Request) -> web.StreamResponse:
                 while True:
                     if getter is None:
                         getter = asyncio.ensure_future(queue.get())
-                    wait = max(0.0, tick - time.monotonic()) if watch.watching else None
+                    look = watch.next_look()
+                    wait = None if look is None else max(0.0, look - time.monotonic())
                     waiting: set[asyncio.Future[Any]] = {getter, closed}
                     done, _ = await asyncio.wait(
                         waiting,
                         timeout=wait,
                         return_when=asyncio.FIRST_COMPLETED,
                     )
-                    if watch.watching and time.monotonic() >= tick:
-                        tick = time.monotonic() + PUSH_SECONDS
+                    if look is not None and time.monotonic() >= look:
                         live = await app[GENERATIONS].active(account)
                         await send_generations(await watch.due(live))
                     if getter not in done:

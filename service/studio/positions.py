@@ -186,40 +186,43 @@ class Positions:
 class LineWatch:
     """One event stream's last place and estimate of each live generation.
 
-    The stream asks `due()` every PUSH_SECONDS; it answers the generations whose
-    place or estimate changed since they were last sent, each at most once per
-    PUSH_SECONDS.
+    Each generation is looked at again PUSH_SECONDS after it was last sent or
+    looked at; `due()` answers those whose place or estimate changed. The stream
+    sleeps until `next_look()`, so a change is sent within PUSH_SECONDS and a
+    generation is never sent twice within PUSH_SECONDS.
     """
 
     def __init__(self, positions: Positions) -> None:
         self._positions = positions
-        self._sent: dict[str, tuple[Any, Any, float]] = {}
+        self._sent: dict[str, tuple[Any, Any]] = {}
+        self._look_at: dict[str, float] = {}
 
     def sent(self, generation: Mapping[str, Any]) -> None:
         """Note what a generation event carried (forget finished ones)."""
+        key = generation["id"]
         if generation["status"] not in ("queued", "running"):
-            self._sent.pop(generation["id"], None)
+            self._sent.pop(key, None)
+            self._look_at.pop(key, None)
             return
-        self._sent[generation["id"]] = (
-            generation["queue_position"],
-            generation["eta_seconds"],
-            time.monotonic(),
-        )
+        self._sent[key] = (generation["queue_position"], generation["eta_seconds"])
+        self._look_at[key] = time.monotonic() + PUSH_SECONDS
 
-    @property
-    def watching(self) -> bool:
-        """Tell whether any generation sent is still queued or running."""
-        return bool(self._sent)
+    def next_look(self) -> float | None:
+        """When (monotonic) some generation is next looked at; None: none is live."""
+        return min(self._look_at.values(), default=None)
 
     async def due(self, live: Sequence[Mapping[str, str]]) -> list[dict[str, Any]]:
         """Return the views of live generations whose place or estimate moved."""
         now = time.monotonic()
+        ids = {item["id"] for item in live}
+        for gone in self._look_at.keys() - ids:  # ended without an event seen here
+            self._sent.pop(gone, None)
+            self._look_at.pop(gone)
+        ready = [f for f in live if self._look_at.get(f["id"], now) <= now]
         changed = []
-        for shown in await self._positions.views(live):
-            last = self._sent.get(shown["id"])
-            if last is not None and now - last[2] < PUSH_SECONDS:
-                continue
-            if last is None or (last[0], last[1]) != (
+        for shown in await self._positions.views(ready):
+            self._look_at[shown["id"]] = now + PUSH_SECONDS
+            if self._sent.get(shown["id"]) != (
                 shown["queue_position"],
                 shown["eta_seconds"],
             ):
