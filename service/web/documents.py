@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -59,6 +60,8 @@ def estimate_tokens(text: str) -> int:
     return cjk + math.ceil((len(text) - cjk) / 4)
 
 
+# A page rendered again unchanged (another app in the process) is parsed once.
+@functools.lru_cache(maxsize=64)
 def html_to_markdown(html: str, page_url: str) -> str:
     """Turn a rendered page into front matter plus the Markdown of its <main>."""
     soup = BeautifulSoup(html, "html.parser")

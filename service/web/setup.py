@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from http import HTTPStatus
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -100,6 +101,17 @@ def _publish(
     return Published(content, render, clock)
 
 
+@functools.cache
+def _environment() -> jinja2.Environment:
+    """One template environment per process: every app shares its compiled templates."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
+        autoescape=jinja2.select_autoescape(("html", "xml")),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+
+
 def setup(app: web.Application) -> None:
     """Render everything public once; put security headers on every /api answer.
 
@@ -107,13 +119,7 @@ def setup(app: web.Application) -> None:
     per-request signal anywhere. Everything dynamic sits behind the /api boundary.
     """
     settings, content = app[SETTINGS], app[CONTENT]
-    env = aiohttp_jinja2.setup(
-        app,
-        loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
-        autoescape=jinja2.select_autoescape(("html", "xml")),
-        undefined=jinja2.StrictUndefined,
-        keep_trailing_newline=True,
-    )
+    env = app[aiohttp_jinja2.APP_KEY] = _environment()
     css = (TEMPLATES_DIR / "site.css").read_text()
     media_origin = _origin(settings.workbench.media_public_url)
     security = app[SECURITY] = SecurityHeaders(
