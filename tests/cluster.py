@@ -201,12 +201,27 @@ class Cluster:
         deadline = time.monotonic() + timeout
         _until(lambda: node.alive() and self.healthy(), deadline)
 
-    def flush(self) -> None:
-        """Empty every master: the next test starts on an empty cluster."""
+    def flush(self, timeout: float = 30.0) -> None:
+        """Empty every master once every replica follows, and wait for them to copy it.
+
+        A test that asks for a replica's acknowledgement (WAIT) must not start
+        while one is still resyncing, e.g. after the failover test healed it.
+        """
+        _until(self.healthy, time.monotonic() + timeout)
         for node in self.nodes_alive():
             with node.client() as client:
-                if client.info("replication")["role"] == "master":
-                    client.flushall()
+                replication = client.info("replication")
+                if replication["role"] != "master":
+                    continue
+                client.flushall()
+                followers = int(replication.get("connected_slaves", 0))
+                if (
+                    followers
+                    and client.execute_command("WAIT", followers, 10_000) < followers
+                ):
+                    raise TimeoutError(
+                        f"a replica of {node.port} did not copy the flush"
+                    )
 
     def stop(self) -> None:
         """Stop every server."""
