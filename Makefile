@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test lint bench lock clean
+.PHONY: run test lint ruff typecheck suite bench lock clean
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
@@ -22,23 +22,30 @@ run: $(VENV)/.local
 	STUDIO_DEMO_UPSTREAM=$${STUDIO_DEMO_UPSTREAM:-1} \
 	STUDIO_PAYMENTS_FAKE=$${STUDIO_PAYMENTS_FAKE:-1} $(BIN)/python -m service dev
 
-lint: $(VENV)/.dev
+lint: $(VENV)/.dev ruff typecheck
+
+ruff: $(VENV)/.dev
 	$(BIN)/ruff check service tests bench scripts
 	$(BIN)/ruff format --check service tests bench scripts
-	$(BIN)/mypy
 	$(BIN)/python scripts/check_imports.py
+
+typecheck: $(VENV)/.dev
+	$(BIN)/mypy
 
 # The suite on TEST_WORKERS processes (pytest-xdist): its tests mostly wait on
 # servers and child processes, so more workers than cores pays. --dist loadscope
 # keeps each module on one worker: its module-scoped servers (Chromium, nginx,
 # weed mini, the fuzzed app, the built wheel) start once, and nothing else
-# flushes their Redis in the middle of the module. The tests marked `timing`
-# assert wall-clock budgets: they run afterwards, alone, on an otherwise idle
-# suite. bench/soak.sh runs the same two commands.
-TEST_WORKERS ?= 4
-test: lint
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadscope -m "not timing"
+# flushes their Redis in the middle of the module. mypy runs beside it. The
+# tests marked `timing` assert wall-clock budgets: they run afterwards, alone,
+# on an otherwise idle machine. bench/soak.sh runs `make test`'s pytest steps.
+TEST_WORKERS ?= 6
+test: ruff
+	$(MAKE) --no-print-directory -j2 typecheck suite
 	$(BIN)/pytest -m timing
+
+suite: $(VENV)/.dev
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadscope -m "not timing"
 
 bench: $(VENV)/.dev
 	$(BIN)/python bench/documents.py

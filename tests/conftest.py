@@ -7,7 +7,7 @@ import contextlib
 import gc
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 from aiohttp import web
@@ -39,6 +39,34 @@ GENEROUS_LIMITS = {
 Client = TestClient[web.Request, web.Application]
 # Lines a test module asks the terminal summary to show (e.g. how many cases ran).
 SUMMARY = pytest.StashKey[list[str]]()
+
+
+# The longest modules (about 25-90 s each, mostly waiting on worker processes,
+# vendor fakes and browsers), longest first. --dist loadscope hands modules out
+# in collection order, so these start first instead of last (most are test_up*,
+# late in the alphabet) and no worker is left finishing one long module alone.
+LONGEST_FIRST: Final = (
+    "test_upstream_vendors.py",
+    "test_upstream_openai.py",
+    "test_moderation_providers.py",
+    "test_browser_workbench.py",
+    "test_library.py",
+    "test_browser.py",
+    "test_upstream_fal.py",
+    "test_upstream_ark.py",
+    "test_proxy_cache.py",
+    "test_upstream_comfyui.py",
+    "test_upstream_replicate.py",
+    "test_internal_fuzz.py",
+    "test_upstream_slots.py",
+    "test_generations.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Put the longest modules first; every other module keeps its place."""
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 def pytest_terminal_summary(
