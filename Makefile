@@ -39,7 +39,7 @@ typecheck: $(VENV)/.dev
 # flushes their Redis in the middle of the module. mypy runs beside it. The
 # tests marked `timing` assert wall-clock budgets: they run afterwards, alone,
 # on an otherwise idle machine. bench/soak.sh runs `make test`'s pytest steps.
-TEST_WORKERS ?= 6
+TEST_WORKERS ?= 4
 test: ruff
 	$(MAKE) --no-print-directory -j2 typecheck suite
 	$(BIN)/pytest -m timing

@@ -15,7 +15,7 @@
 #                        diff and copy untracked files into the clone
 #   SOAK_LINT=0          skip ruff and mypy (work in progress that does not lint)
 #   SOAK_KEEP=1          keep the clone and the run logs
-#   SOAK_WORKERS=6       pytest-xdist workers of the parallel part (as make test)
+#   SOAK_WORKERS=4       pytest-xdist workers of the parallel part (as make test)
 #
 # The clone is of what is committed (unless SOAK_DIRTY=1), so commit first.
 set -euo pipefail
@@ -83,7 +83,7 @@ for run in $(seq "$runs"); do
     log="$work/run-$run.log"
     started=$SECONDS
     # as `make test` runs it: the parallel part, then the timing tests alone
-    if "$bin/pytest" -q -p no:cacheprovider -n "${SOAK_WORKERS:-6}" --dist loadscope \
+    if "$bin/pytest" -q -p no:cacheprovider -n "${SOAK_WORKERS:-4}" --dist loadscope \
         -m "not timing" >"$log" 2>&1 &&
         "$bin/pytest" -q -p no:cacheprovider -m timing >>"$log" 2>&1; then
         passed=$((passed + 1))
