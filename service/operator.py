@@ -10,13 +10,13 @@ from typing import Final
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from .account.operator import add_account_command, run_account
+from .account.operator import run_account
 from .auth.accounts import AccountStore
 from .auth.identity import Keyring
 from .auth.sessions import SessionStore
 from .moderation.log import ModerationLog, Record
-from .moderation.operator import add_moderation_commands, run_moderation
-from .payments.operator import add_payments_command, run_payments
+from .moderation.operator import run_moderation
+from .payments.operator import run_payments
 from .settings import Settings, SettingsError, variable
 from .square.feed import SquareStore
 from .store.connect import connect
@@ -26,33 +26,6 @@ from .studio.works import WorkStore
 
 OK: Final = 0
 REFUSED: Final = 1
-
-
-def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Declare `works`, `credits`, `sessions`, `payments`, `account`, `keys`, ..."""
-    works = commands.add_parser(
-        "works", help="take a work off the square or restore it"
-    )
-    works.add_argument("action", choices=("unpublish", "restore"))
-    works.add_argument("work_id")
-    credits = commands.add_parser("credits", help="grant or take back credits")
-    grant = credits.add_subparsers(dest="credits_command", required=True)
-    grant_parser = grant.add_parser("grant", help="N > 0 grants a bonus lot")
-    grant_parser.add_argument("email")
-    grant_parser.add_argument("amount", type=int)
-    grant_parser.add_argument("--note", default="")
-    sessions = commands.add_parser("sessions", help="end a person's sessions")
-    revoke = sessions.add_subparsers(dest="sessions_command", required=True)
-    revoke.add_parser("revoke", help="sign an account out everywhere").add_argument(
-        "email"
-    )
-    add_payments_command(commands)
-    add_account_command(commands)
-    add_moderation_commands(commands)
-    keys = commands.add_parser("keys", help="after a STUDIO_SECRET_KEY rotation")
-    keys.add_subparsers(dest="keys_command", required=True).add_parser(
-        "refile", help="file every account's address under the current key"
-    )
 
 
 async def run(args: argparse.Namespace, settings: Settings) -> int:

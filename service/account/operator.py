@@ -24,25 +24,6 @@ OK: Final = 0
 REFUSED: Final = 1
 
 
-def add_account_command(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser],
-) -> None:
-    """Declare `account export EMAIL --out FILE`, `delete [--now]`, `restore`."""
-    account = commands.add_parser("account", help="a person's data and account")
-    actions = account.add_subparsers(dest="account_command", required=True)
-    export = actions.add_parser("export", help="write the account's ZIP (CONTRACT §9)")
-    export.add_argument("email")
-    export.add_argument("--out", required=True, type=Path, help="the ZIP to write")
-    delete = actions.add_parser(
-        "delete", help="delete now; purged after the grace period"
-    )
-    delete.add_argument("email")
-    delete.add_argument("--now", action="store_true", help="purge at once")
-    actions.add_parser(
-        "restore", help="undo a deletion whose purge has not begun"
-    ).add_argument("email")
-
-
 def _refuse(message: str) -> int:
     print(f"studio: {message}", file=sys.stderr)
     return REFUSED
