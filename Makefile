@@ -38,11 +38,14 @@ typecheck: $(VENV)/.dev
 # weed mini, the fuzzed app, the built wheel) start once, and nothing else
 # flushes their Redis in the middle of the module. mypy runs beside it. The
 # tests marked `timing` assert wall-clock budgets: they run afterwards, alone,
-# on an otherwise idle machine. bench/soak.sh runs `make test`'s pytest steps.
+# on an otherwise idle machine, collected only from the modules that mark one
+# (collecting all 1,449 tests to deselect most costs seconds). bench/soak.sh
+# runs `make test`'s pytest steps.
 TEST_WORKERS ?= 4
+TIMING_MODULES = $(shell grep -l 'mark.timing' tests/test_*.py)
 test: ruff
 	$(MAKE) --no-print-directory -j2 typecheck suite
-	$(BIN)/pytest -m timing
+	$(BIN)/pytest -m timing $(TIMING_MODULES)
 
 suite: $(VENV)/.dev
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadscope -m "not timing"

@@ -17,6 +17,7 @@ from service.app import create_app
 from service.content import CONTENT_DIR, load_content
 from service.settings import Settings
 from service.store.embedded import MailCatcher, RedisServer
+from service.studio.keys import GENERATIONS
 from service.studio.upstreams.tasks import memo_key
 
 from .conftest import Client, MakeClient, SettingsFactory
@@ -120,6 +121,23 @@ async def test_a_sigkilled_worker_never_makes_comfyui_run_the_job_twice(
     assert done["status"] == "succeeded", done
     assert fake.creates == 1
     await assert_books(client, PRICE, refunded=False)
+
+
+async def test_a_cancel_whose_message_the_worker_missed_still_deletes_the_prompt(
+    client: Client, fake: FakeComfyUI, env: dict[str, str]
+) -> None:
+    """Canceled in the store with no message sent: the worker's own look stops it."""
+    fake.queued = True
+    with worker_process(env):
+        generation = await submit(client, model=MODEL, prompt="never mind")
+        await until(lambda: bool(fake.prompts))
+        me = await (await client.get("/api/me")).json()
+        store = client.app[GENERATIONS]
+        outcome, _ = await store.settle(me["id"], generation["id"], "cancel")
+        assert outcome == "OK"  # refunded, as the endpoint would, but nobody is told
+        (prompt,) = fake.prompts.values()
+        await until(lambda: prompt.state == "deleted", within=10)
+    await assert_books(client, PRICE, refunded=True)
 
 
 @pytest.mark.parametrize("where", ["queued", "running"])

@@ -45,6 +45,9 @@ IDLE_POLL_SECONDS: Final = 0.5
 # How long SIGTERM waits for running jobs before handing them back.
 SHUTDOWN_GRACE_SECONDS: Final = 10.0
 PROGRESS_STEP: Final = 0.02
+# A job whose progress has not moved still asks this often whether it was
+# canceled: the cancel's message may have gone out before this worker listened.
+STILL_ASK_SECONDS: Final = 2.0
 
 
 class JobGone(Exception):
@@ -363,14 +366,19 @@ class Worker:
             inputs=dict(model.inputs),
         )
         shown = float(fields.get("progress", "0"))
+        asked = time.monotonic()
 
         async def progress(fraction: float) -> None:
-            nonlocal shown
-            if fraction < shown + PROGRESS_STEP:
+            nonlocal shown, asked
+            moved = fraction >= shown + PROGRESS_STEP
+            if not moved and time.monotonic() - asked < STILL_ASK_SECONDS:
                 return
-            shown = fraction
+            asked = time.monotonic()
+            if moved:
+                shown = fraction
+            # The same value again is IGNORED (no event) unless the job has ended.
             outcome, _ = await self.generations.settle(
-                account, gid, "progress", f"{min(fraction, 0.99):.3f}"
+                account, gid, "progress", f"{min(shown, 0.99):.3f}"
             )
             if outcome == "FINISHED":
                 raise JobGone(gid)
