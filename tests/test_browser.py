@@ -683,7 +683,13 @@ async def test_the_language_follows_the_browser_and_the_switch_is_remembered(
     root = page.locator("html")
     await expect(root).to_have_attribute("lang", "zh-Hans")
     await expect(page.get_by_role("link", name="广场")).to_be_visible()
-    await page.get_by_label("语言").select_option("en")
+    # The switch asks for the presets in English; a reload while that call is in
+    # flight would abort it, which the watch counts as a failed API call.
+    async with page.expect_response(
+        lambda response: "/api/presets?lang=en" in response.url
+    ) as presets:
+        await page.get_by_label("语言").select_option("en")
+    await (await presets.value).finished()
     await expect(root).to_have_attribute("lang", "en")
     await expect(page.get_by_role("link", name="Square")).to_be_visible()
     await expect(page).to_have_title("Workbench · Liuguang Studio")
