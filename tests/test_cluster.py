@@ -22,6 +22,7 @@ from redis.crc import key_slot
 
 from service.app import create_app
 from service.settings import SettingsError, load_settings
+from service.store.cancel_safe import CancelSafeConnection
 from service.store.connect import connect, is_cluster
 from service.store.embedded import MailCatcher
 from service.studio.ledger import account_key
@@ -53,6 +54,17 @@ async def cluster_redis(cluster: Cluster) -> AsyncIterator[Redis]:
     client = connect(cluster.url, cluster=True, socket_timeout=2, connect_timeout=1)
     yield client
     await client.aclose()
+
+
+async def test_every_node_of_the_cluster_sends_with_cancel_safe_connections(
+    cluster_redis: Redis,
+) -> None:
+    """The nodes the client finds after start-up are made cancel-safe too."""
+    await cluster_redis.ping()
+    client = cast(RedisCluster, cluster_redis)
+    nodes = client.get_nodes()
+    assert len(nodes) == 3  # the masters (no read goes to a replica)
+    assert {node.connection_class for node in nodes} == {CancelSafeConnection}
 
 
 @pytest.fixture

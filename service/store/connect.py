@@ -7,12 +7,14 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Final, cast
 
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.asyncio.connection import SSLConnection, parse_url
+from redis.asyncio.connection import Connection, SSLConnection, parse_url
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisClusterException, RedisError
+
+from .cancel_safe import cancel_safe_class, make_cluster_cancel_safe
 
 # URL schemes that name one node of a Redis Cluster (redis_url).
 CLUSTER_SCHEMES: Final = ("redis+cluster://", "rediss+cluster://")
@@ -81,35 +83,38 @@ def connect(
     cluster it caps each node's connections.
     """
     if cluster:
-        return cast(
-            Redis,
-            RedisCluster(
-                **_cluster_options(url),
-                socket_timeout=socket_timeout,
-                socket_connect_timeout=connect_timeout,
-                retry=Retry(NoBackoff(), retries),
-                max_connections=pool_size or CLUSTER_CONNECTIONS,
-                **options,
-            ),
-        )
-    if pool_size is not None:
-        pool = BlockingConnectionPool.from_url(
-            url,
-            max_connections=pool_size,
-            timeout=pool_wait,
+        nodes = RedisCluster(
+            **_cluster_options(url),
             socket_timeout=socket_timeout,
             socket_connect_timeout=connect_timeout,
+            retry=Retry(NoBackoff(), retries),
+            max_connections=pool_size or CLUSTER_CONNECTIONS,
             **options,
         )
-        return Redis(connection_pool=pool, retry=Retry(NoBackoff(), retries))
-    return Redis.from_url(
-        url,
-        max_connections=SERVER_CONNECTIONS,
-        socket_timeout=socket_timeout,
-        socket_connect_timeout=connect_timeout,
-        retry=Retry(NoBackoff(), retries),
-        **options,
+        make_cluster_cancel_safe(nodes)
+        return cast(Redis, nodes)
+    # As Redis.from_url builds it, with connections that keep a task's
+    # cancellation (cancel_safe.py).
+    common: dict[str, Any] = dict(parse_url(url))
+    common["connection_class"] = cancel_safe_class(
+        common.get("connection_class", Connection)
     )
+    common |= {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": connect_timeout,
+        "retry": Retry(NoBackoff(), retries),
+        **options,
+    }
+    pool: ConnectionPool
+    if pool_size is not None:
+        pool = BlockingConnectionPool(
+            max_connections=pool_size, timeout=pool_wait, **common
+        )
+    else:
+        pool = ConnectionPool(max_connections=SERVER_CONNECTIONS, **common)
+    client = Redis(connection_pool=pool, retry=Retry(NoBackoff(), retries))
+    client.auto_close_connection_pool = True  # aclose closes the pool, as from_url
+    return client
 
 
 def is_cluster(redis: Redis) -> bool:
