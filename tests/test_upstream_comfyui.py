@@ -140,6 +140,22 @@ async def test_a_cancel_whose_message_the_worker_missed_still_deletes_the_prompt
     await assert_books(client, PRICE, refunded=True)
 
 
+async def test_a_cancel_while_the_prompt_is_being_queued_still_deletes_it(
+    client: Client, fake: FakeComfyUI, env: dict[str, str]
+) -> None:
+    """ComfyUI has queued the prompt but not yet answered when the owner cancels."""
+    fake.queued = True
+    fake.answer_delay = 2.0
+    with worker_process(env):
+        generation = await submit(client, model=MODEL, prompt="never mind")
+        await until(lambda: bool(fake.prompts))
+        await client.post(f"/api/generations/{generation['id']}/cancel")
+        await wait_for_status(client, generation["id"], {"canceled"})
+        (prompt,) = fake.prompts.values()
+        await until(lambda: prompt.state == "deleted", within=10)
+    await assert_books(client, PRICE, refunded=True)
+
+
 @pytest.mark.parametrize("where", ["queued", "running"])
 async def test_cancel_deletes_a_queued_prompt_or_interrupts_a_running_one(
     client: Client, fake: FakeComfyUI, env: dict[str, str], where: str

@@ -613,6 +613,8 @@ class FakeComfyUI(FakeServer):
         self.prompts: dict[str, ComfyPrompt] = {}
         self.hold = False
         self.queued = False
+        # Seconds /prompt takes to answer after it has queued the prompt.
+        self.answer_delay = 0.0
         self.failure: str | None = None
         self.sockets: dict[str, list[web.WebSocketResponse]] = {}
         self.uploads: dict[str, bytes] = {}
@@ -721,6 +723,7 @@ class FakeComfyUI(FakeServer):
         self.prompts[prompt_id] = ComfyPrompt(
             prompt_id, graph, body.get("client_id", "")
         )
+        await asyncio.sleep(self.answer_delay)
         return web.json_response(
             {"prompt_id": prompt_id, "number": len(self.prompts), "node_errors": {}}
         )

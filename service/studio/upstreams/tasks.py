@@ -121,16 +121,18 @@ class TaskUpstream:
     async def generate(self, request: Request, progress: Progress) -> list[Output]:
         """Create (or recall) the task, follow it, download what it made."""
         task = await request.memo.recall()
+        fresh = task is None
         if task is None:
-            created = await self.api.create(request)
+            created = await self._create(request)
             if isinstance(created, list):
                 await progress(running(1.0))
                 return created
             if isinstance(created, Polled):
                 return await self._results(request, created, progress)
             task = created
-            await request.memo.keep(task)
         try:
+            if fresh:  # a cancel landing while it is kept still reaches the vendor
+                await request.memo.keep(task)
             polled = await self._until_done(request, task, progress)
         except asyncio.CancelledError:
             if not request.memo.handing_back:
@@ -140,6 +142,26 @@ class TaskUpstream:
             await self._cancel(task)
             raise
         return await self._results(request, polled, progress)
+
+    async def _create(self, request: Request) -> str | Polled | list[Output]:
+        """Create the task; one canceled meanwhile is still told to stop or kept.
+
+        A cancel that lands while the vendor is answering would otherwise lose
+        the task's id, and the vendor would run (and bill) it anyway.
+        """
+        creating = asyncio.ensure_future(self.api.create(request))
+        try:
+            return await asyncio.shield(creating)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(CANCEL_SECONDS):
+                    created = await creating
+                if isinstance(created, str):
+                    if request.memo.handing_back:  # the next worker polls it
+                        await request.memo.keep(created)
+                    else:
+                        await self._cancel(created)
+            raise
 
     async def _results(
         self, request: Request, polled: Polled, progress: Progress
