@@ -62,8 +62,8 @@ async def test_every_node_of_the_cluster_sends_with_cancel_safe_connections(
     """The nodes the client finds after start-up are made cancel-safe too."""
     await cluster_redis.ping()
     client = cast(RedisCluster, cluster_redis)
-    nodes = client.get_nodes()
-    assert len(nodes) == 3  # the masters (no read goes to a replica)
+    nodes = client.get_nodes()  # three masters, more once a failover has been
+    assert len(nodes) >= 3
     assert {node.connection_class for node in nodes} == {CancelSafeConnection}
 
 
