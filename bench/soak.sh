@@ -78,6 +78,8 @@ for _ in $(seq "$hogs"); do
     hog_pids+=($!)
 done
 
+"$bin/python" -m compileall -q -j0 service tests >/dev/null  # as make test does
+
 passed=0
 for run in $(seq "$runs"); do
     log="$work/run-$run.log"
