@@ -7,25 +7,32 @@ BIN    := $(VENV)/bin
 
 # The venv's packages are installed by uv (itself a wheel pip fetches): it resolves
 # and installs the dev set in about 7 s where pip takes about 25. uv does not read
-# pip's configuration, so a package index set for pip (PIP_INDEX_URL or pip.conf's
-# global.index-url, as a mirror in mainland China is) is handed to it. Bytecode is
-# compiled at install, as pip does: where PYTHONDONTWRITEBYTECODE is set, every
-# process would otherwise compile each module it imports, every time.
+# pip's configuration, so pip's package index (PIP_INDEX_URL or pip.conf's
+# global.index-url, as a mirror in mainland China is) and certificate bundle
+# (PIP_CERT or global.cert, behind a TLS-inspecting proxy) are handed to it; if uv
+# still cannot install, pip does. Bytecode is compiled at install, as pip does: where
+# PYTHONDONTWRITEBYTECODE is set, every process would otherwise compile each module
+# it imports, every time.
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "Python >= 3.11 is required")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet 'uv>=0.5'
 
-INSTALL = index=$${PIP_INDEX_URL:-$$($(BIN)/python -m pip config get global.index-url 2>/dev/null)}; \
+PIP_SETTING = $${$(1):-$$($(BIN)/python -m pip config get global.$(2) 2>/dev/null)}
+INSTALL = index=$(call PIP_SETTING,PIP_INDEX_URL,index-url); \
+	cert=$${SSL_CERT_FILE:-$(call PIP_SETTING,PIP_CERT,cert)}; \
 	if [ -n "$$index" ]; then export UV_DEFAULT_INDEX="$$index"; fi; \
-	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python
+	if [ -n "$$cert" ]; then export SSL_CERT_FILE="$$cert"; fi; \
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python $(1) || { \
+	echo "uv could not install: pip does instead"; $(BIN)/python -m pip install --quiet $(1); }
 
 $(VENV)/.local: pyproject.toml | $(BIN)/python
-	$(INSTALL) -e '.[local]'
+	$(call INSTALL,-e '.[local]')
 	@touch $@
 
+DEV_EXTRAS := .[dev,bench]
 $(VENV)/.dev: pyproject.toml | $(BIN)/python
-	$(INSTALL) -e '.[dev,bench]'
+	$(call INSTALL,-e '$(DEV_EXTRAS)')
 	@touch $@ $(VENV)/.local
 
 run: $(VENV)/.local
