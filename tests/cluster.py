@@ -8,6 +8,7 @@ a few seconds.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -22,7 +23,7 @@ from redis.exceptions import RedisError
 
 from service.store.embedded import find_server_binary
 
-from .ports import twin_ports
+from .ports import STORE_PRIORITY, twin_ports
 
 NODE_TIMEOUT_MS: Final = 1000
 SLOTS: Final = 16384
@@ -58,6 +59,8 @@ class Node:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
+        with contextlib.suppress(PermissionError):  # as conftest's STORE_PRIORITY
+            os.setpriority(os.PRIO_PROCESS, self.process.pid, STORE_PRIORITY)
 
     def client(self) -> Redis:
         """A plain client to this node alone."""

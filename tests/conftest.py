@@ -21,7 +21,7 @@ from service.settings import Settings, load_settings
 from service.store.embedded import MailCatcher, RedisServer
 
 from .cluster import Cluster
-from .ports import free_port
+from .ports import STORE_PRIORITY, free_port
 
 if TYPE_CHECKING:  # tests/shop.py imports this module
     from .shop import Shop
@@ -94,7 +94,7 @@ def pytest_testnodedown(node: Any, error: object) -> None:
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     """Start one Redis-compatible server (no persistence) for the whole run."""
-    with RedisServer(port=free_port()) as server:
+    with RedisServer(port=free_port(), priority=STORE_PRIORITY) as server:
         yield server
 
 

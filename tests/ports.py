@@ -1,4 +1,5 @@
-"""Ports for the tests' servers, from a slice of their own per xdist worker.
+"""Ports for the tests' servers, from a slice of their own per xdist worker (and
+the CPU priority of their Redis servers, STORE_PRIORITY, at the end).
 
 A port the kernel hands out (bind to port 0, close, start a child on it) can be
 handed to another worker's child before ours binds it; the loser then fails to
@@ -101,3 +102,12 @@ def free_ports_in_a_row(count: int) -> int:
             for port in range(first + 1, first + count)
         ):
             return first
+
+
+# The tests' Redis servers run ahead of the rest for the CPU (a nice value;
+# ignored without the right to lower it). The suite packs servers, apps,
+# workers, browsers and their load onto two cores, and the limiter must decide
+# within 100 ms of Redis time (CONTRACT §3) or fail closed with 503: a store
+# starved of CPU by that load, as a Redis on its own host never is, made a
+# sign-in answer 503 in 2 of 5 soak runs.
+STORE_PRIORITY: Final = -10
