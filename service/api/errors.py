@@ -101,10 +101,11 @@ def setup_errors(api: ApiBoundary) -> None:
             except (RedisError, RedisClusterException, OSError, TimeoutError) as err:
                 # The store is down or slow (or a cluster slot has no master
                 # yet): fail closed, say so, say when to retry.
-                _LOGGER.warning(
-                    "store unavailable on %s %s: %s",
+                _LOGGER.warning(  # which timeout: the client's, or a budget's
+                    "store unavailable on %s %s: %s.%s",
                     request.method,
                     request.rel_url.path,
+                    type(err).__module__,
                     type(err).__name__,
                 )
                 return json_error(
