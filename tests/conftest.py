@@ -18,6 +18,7 @@ from redis.asyncio import Redis
 from service.app import create_app
 from service.auth.sessions import SESSIONS
 from service.settings import Settings, load_settings
+from service.store.connect import connect
 from service.store.embedded import MailCatcher, RedisServer
 
 from .cluster import Cluster
@@ -126,7 +127,11 @@ def cluster(cluster_servers: Cluster) -> Cluster:
 @pytest.fixture
 async def redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
     """Give a client on a flushed database."""
-    client = Redis.from_url(redis_server.url)
+    # The service's own factory: its connections keep a task's cancellation
+    # (store/cancel_safe.py), which tests of timeouts and cancels rely on.
+    client = connect(
+        redis_server.url, cluster=False, socket_timeout=5, connect_timeout=5
+    )
     await client.flushdb()
     yield client
     await client.aclose()

@@ -47,11 +47,12 @@ UPSTREAM: Final = CONTENT.models[0].upstream
 # A child that holds one slot of "vendor" (limit 1, lease 1 s) until killed.
 _HOLDER: Final = """
 import asyncio, sys
-from redis.asyncio import Redis
+from service.store.connect import connect
 from service.studio.upstreams.slots import UpstreamSlots
 
 async def main() -> None:
-    slots = UpstreamSlots(Redis.from_url(sys.argv[1]), "vendor", 1, lease=1.0)
+    redis = connect(sys.argv[1], cluster=False, socket_timeout=5, connect_timeout=5)
+    slots = UpstreamSlots(redis, "vendor", 1, lease=1.0)
     async with slots.held():
         print("held", flush=True)
         await asyncio.sleep(3600)
@@ -61,11 +62,11 @@ asyncio.run(main())
 # A child that takes a slot of "vendor" (limit 2) five times, counting holders.
 _COUNTER: Final = """
 import asyncio, random, sys
-from redis.asyncio import Redis
+from service.store.connect import connect
 from service.studio.upstreams.slots import UpstreamSlots
 
 async def main() -> None:
-    redis = Redis.from_url(sys.argv[1])
+    redis = connect(sys.argv[1], cluster=False, socket_timeout=5, connect_timeout=5)
     slots = UpstreamSlots(redis, "vendor", 2, lease=5.0)
     for _ in range(5):
         async with slots.held():
@@ -85,7 +86,9 @@ async def test_many_holders_on_their_own_connections_never_exceed_the_limit(
 
     async def holder() -> None:
         nonlocal inside, most, served
-        client = Redis.from_url(redis_server.url)
+        client = connect(
+            redis_server.url, cluster=False, socket_timeout=5, connect_timeout=5
+        )
         slots = UpstreamSlots(client, "vendor", 3, lease=5.0)
         for _ in range(4):
             async with slots.held():
