@@ -95,7 +95,6 @@ def connect(
         return cast(Redis, nodes)
     # As Redis.from_url builds it, with connections that keep a task's
     # cancellation (cancel_safe.py).
-    retry = Retry(NoBackoff(), retries)  # each connection takes its own copy
     common: dict[str, Any] = dict(parse_url(url))
     common["connection_class"] = cancel_safe_class(
         common.get("connection_class", Connection)
@@ -103,7 +102,7 @@ def connect(
     common |= {
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": connect_timeout,
-        "retry": retry,
+        "retry": Retry(NoBackoff(), retries),
         **options,
     }
     pool: ConnectionPool
@@ -113,7 +112,7 @@ def connect(
         )
     else:
         pool = ConnectionPool(max_connections=SERVER_CONNECTIONS, **common)
-    client = Redis(connection_pool=pool, retry=retry)
+    client = Redis(connection_pool=pool, retry=Retry(NoBackoff(), retries))
     client.auto_close_connection_pool = True  # aclose closes the pool, as from_url
     return client
 
