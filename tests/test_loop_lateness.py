@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Connection
+from redis.exceptions import TimeoutError as RedisTimeout
 
 from service.limits.limiter import (
     DECISION_BUDGET_SECONDS,
@@ -20,7 +21,8 @@ from service.limits.limiter import (
     LimiterUnavailable,
     Policy,
 )
-from service.store.deadline import PATIENCE, SETTLE_SECONDS, within
+from service.store.connect import connect
+from service.store.deadline import PATIENCE, SETTLE_SECONDS, patiently, within
 from service.store.embedded import MailCatcher, RedisServer
 
 from .chaos import HangingProxy
@@ -214,6 +216,106 @@ async def test_a_hung_redis_fails_even_while_the_loop_stays_busy(
         await hogging
         await limiter.aclose()
         await proxy.stop()
+
+
+# The service's own store timeouts, short so a stall outlasts them.
+STORE_TIMEOUT = 0.1
+
+
+@pytest.mark.parametrize("factory", _loop_factories())
+def test_a_store_reply_that_came_in_while_the_loop_was_busy_is_read(
+    redis_server: RedisServer, factory: LoopFactory
+) -> None:
+    """Redis answers during a stall longer than the socket timeout: no TimeoutError.
+
+    Plain redis-py times out every one of these reads (its timer and the reply
+    become ready together after the stall, and the timer runs first).
+    """
+
+    async def main() -> None:
+        redis = connect(
+            redis_server.url,
+            cluster=False,
+            socket_timeout=STORE_TIMEOUT,
+            connect_timeout=STORE_TIMEOUT,
+            retries=0,  # the service retries once; a longer burst times out both
+        )
+        loop = asyncio.get_running_loop()
+        try:
+            await redis.ping()
+            for _ in range(3):
+                # Redis answers after 50 ms, inside a stall from 20 ms to 320 ms.
+                loop.call_later(0.02, _busy, 3 * STORE_TIMEOUT)
+                assert await redis.blpop(["test:nothing"], timeout=0.05) is None
+        finally:
+            await redis.aclose()
+
+    _run(factory, main())
+
+
+@pytest.mark.parametrize("factory", _loop_factories())
+def test_a_store_connection_opened_while_the_loop_was_busy_is_used(
+    redis_server: RedisServer, factory: LoopFactory
+) -> None:
+    """A connect that completes during a stall is used (plain redis-py times it out)."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for _ in range(3):
+            redis = connect(
+                redis_server.url,
+                cluster=False,
+                socket_timeout=STORE_TIMEOUT,
+                connect_timeout=STORE_TIMEOUT,
+                retries=0,
+            )
+            try:
+                loop.call_soon(_busy, 3 * STORE_TIMEOUT)  # the connect is under way
+                assert await redis.ping()
+            finally:
+                await redis.aclose()
+
+    _run(factory, main())
+
+
+async def test_a_hung_store_still_times_out_after_its_socket_timeout(
+    redis_server: RedisServer,
+) -> None:
+    """A server that accepts and never answers: redis-py's TimeoutError, in time."""
+    proxy = HangingProxy(redis_server.port)
+    proxy.hang = True
+    await proxy.start()
+    redis = connect(
+        proxy.url,
+        cluster=False,
+        socket_timeout=STORE_TIMEOUT,
+        connect_timeout=STORE_TIMEOUT,
+        retries=0,
+    )
+    try:
+        with collector_paused():
+            started = time.monotonic()
+            with pytest.raises(RedisTimeout):
+                await redis.ping()
+            took = time.monotonic() - started
+        assert STORE_TIMEOUT <= took < STORE_TIMEOUT + SETTLE_SECONDS + 0.1
+    finally:
+        await redis.aclose()
+        await proxy.stop()
+
+
+async def test_patiently_keeps_an_outer_cancel_a_cancel() -> None:
+    """A cancel from outside passes through as CancelledError, not TimeoutError."""
+
+    async def wait() -> None:
+        with patiently(10.0):
+            await asyncio.sleep(10)
+
+    waiting = asyncio.ensure_future(wait())
+    await asyncio.sleep(0.01)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
 
 
 async def test_sign_in_on_a_cpu_bound_event_loop_never_answers_503(

@@ -1,16 +1,24 @@
-"""redis-py connections whose commands never swallow a task's cancellation.
+"""redis-py connections that keep a task's cancel and time out by Redis's clock.
 
-redis-py sends a command under `asyncio.wait_for(write, socket_timeout)`. On
-Python 3.11 `wait_for` returns the write's result when a cancel arrives just as
-the write finishes, dropping the cancel (CPython gh-86296, fixed in 3.12): the
-canceled task goes on. A worker's job then outlives its owner's cancel, a job
-its deadline, a slot wait its caller's timeout. Such a connection notices the
-dropped cancel, closes (a reply is still on its way) and raises it again.
+Cancels: redis-py sends a command under `asyncio.wait_for(write,
+socket_timeout)`. On Python 3.11 `wait_for` returns the write's result when a
+cancel arrives just as the write finishes, dropping the cancel (CPython
+gh-86296, fixed in 3.12): the canceled task goes on. A worker's job then
+outlives its owner's cancel, a job its deadline, a slot wait its caller's
+timeout. Such a connection notices the dropped cancel, closes (a reply is
+still on its way) and raises it again.
+
+Timeouts: redis-py times a reply and a connect with `asyncio.timeout`. When a
+burst keeps the loop busy past the timeout, the reply and the expired timer
+become ready together and the timer wins: a request answers 503 although Redis
+answered in a millisecond. Such a connection times both with `patiently`
+(deadline.py), which lets a reply that has arrived be read first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -21,6 +29,9 @@ from redis.asyncio.connection import (
     SSLConnection,
     UnixDomainSocketConnection,
 )
+from redis.exceptions import TimeoutError as RedisTimeout
+
+from .deadline import patiently
 
 
 class _CancelSafe(AbstractConnection):
@@ -34,6 +45,51 @@ class _CancelSafe(AbstractConnection):
         if task is not None and task.cancelling() > cancels:
             await self.disconnect(nowait=True)
             raise asyncio.CancelledError
+
+    async def read_response(
+        self,
+        disable_decoding: bool = False,
+        timeout: float | None = None,  # noqa: ASYNC109 (redis-py's signature)
+        *,
+        disconnect_on_error: bool = True,
+        push_request: bool | None = False,
+    ) -> Any:
+        """Read as redis-py does; time the socket timeout by Redis's clock."""
+        if timeout is not None or not self.socket_timeout:
+            return await super().read_response(
+                disable_decoding,
+                timeout,
+                disconnect_on_error=disconnect_on_error,
+                push_request=push_request,
+            )
+        try:
+            with patiently(self.socket_timeout):
+                # math.inf: redis-py's own timer off; a cancel disconnects.
+                return await super().read_response(
+                    disable_decoding,
+                    math.inf,
+                    disconnect_on_error=disconnect_on_error,
+                    push_request=push_request,
+                )
+        except TimeoutError:
+            raise RedisTimeout(f"Timeout reading from {self._host_error()}") from None
+
+    async def _connect(self) -> None:
+        """Open the socket as redis-py does; time it by the peer's clock.
+
+        redis-py's connect retries and errors wrap this one step, so a late
+        TimeoutError here is retried and reported as redis-py's own would be.
+        """
+        limit = self.socket_connect_timeout
+        if not limit:
+            await super()._connect()  # type: ignore[safe-super,no-untyped-call]
+            return
+        self.socket_connect_timeout = None  # redis-py's own timer off
+        try:
+            with patiently(limit):
+                await super()._connect()  # type: ignore[safe-super,no-untyped-call]
+        finally:
+            self.socket_connect_timeout = limit
 
 
 class CancelSafeConnection(_CancelSafe, Connection):

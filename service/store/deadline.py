@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Final, TypeVar
 
 T = TypeVar("T")
@@ -94,3 +95,31 @@ async def within(seconds: float, operation: Awaitable[T]) -> T:
     if future.done():
         return future.result()
     raise TimeoutError(f"no answer within {seconds} s")
+
+
+@contextmanager
+def patiently(seconds: float) -> Iterator[None]:
+    """Like `asyncio.timeout`, but the seconds are the peer's (see Deadline).
+
+    For code that cannot be left running in the background, as `within` does:
+    the task is cancelled at the deadline and TimeoutError raised in its place.
+    """
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("patiently() is used inside a task")
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    deadline = Deadline(seconds, expire)
+    try:
+        yield
+    except asyncio.CancelledError:
+        if expired and task.uncancel() == 0:
+            raise TimeoutError(f"no answer within {seconds} s") from None
+        raise
+    finally:
+        deadline.cancel()
