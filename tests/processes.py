@@ -64,6 +64,18 @@ _OUTPUTS: weakref.WeakKeyDictionary[subprocess.Popen[str], Output] = (
 )
 
 
+def drain(process: subprocess.Popen[str]) -> threading.Thread:
+    """Collect a child's output as it comes, in a thread; join it after the exit.
+
+    A busy child's log must never block on a full pipe. Tests read it through
+    output_of(process).
+    """
+    _OUTPUTS[process] = collected = Output()
+    reader = threading.Thread(target=collected.drain, args=(process,), daemon=True)
+    reader.start()
+    return reader
+
+
 def output_of(process: subprocess.Popen[str]) -> Output:
     """Return the collected output of a process started by `running`."""
     return _OUTPUTS[process]
@@ -112,11 +124,7 @@ def running(
         stderr=subprocess.STDOUT,
         text=True,
     )
-    # Drain the output as it comes: a busy server's access log must never
-    # block on a full pipe. Tests read it through output_of(process).
-    _OUTPUTS[process] = collected = Output()
-    reader = threading.Thread(target=collected.drain, args=(process,), daemon=True)
-    reader.start()
+    reader = drain(process)
     try:
         wait_until_healthy(base_url, process, timeout)
         yield base_url, process

@@ -41,9 +41,11 @@ def make_client(
 ) -> Factory:
     """Build clients on the real app (several may share Redis, like processes)."""
 
-    async def factory() -> Client:
+    async def factory(**variables: str) -> Client:
         settings = make_settings(
-            STUDIO_MEDIA_DIR=str(tmp_path / "media"), STUDIO_DEMO_UPSTREAM="1"
+            STUDIO_MEDIA_DIR=str(tmp_path / "media"),
+            STUDIO_DEMO_UPSTREAM="1",
+            **variables,
         )
         return await aiohttp_client(create_app(settings))
 
@@ -279,7 +281,11 @@ async def test_my_flag_and_the_count_agree_once_racing_writes_are_answered(
     On my own work and on someone else's published one; my list of favorites
     agrees with the flag too.
     """
-    owner, me = await make_client(), await make_client()
+    # 600 writes, past the write limit's burst of 100: not the point here. (Emptying
+    # the buckets in Redis between rounds is not enough: when a starved loop makes
+    # the limiter late, the process falls back to its own copy of the buckets.)
+    roomy = {"STUDIO_LIMITS_WRITE_QUOTA": "6000", "STUDIO_LIMITS_WRITE_BURST": "1000"}
+    owner, me = await make_client(), await make_client(**roomy)
     mine = await sign_in(me, mail_server)
     author = await sign_in(owner, mail_server)
     (own,) = await make_works(redis, tmp_path, mine["id"], 1)
@@ -288,7 +294,6 @@ async def test_my_flag_and_the_count_agree_once_racing_writes_are_answered(
     for work in (own, theirs):
         url = f"/api/works/{work['id']}/favorite"
         for _ in range(15):
-            await forget_limits(redis)  # 600 writes: past the write limit's burst
             writes = [me.put(url) if n % 2 else me.delete(url) for n in range(20)]
             answers = await asyncio.gather(*[asyncio.ensure_future(w) for w in writes])
             assert {answer.status for answer in answers} == {204}

@@ -21,7 +21,7 @@ from service.store.embedded import MailCatcher
 from service.studio.queue import prefix, shard_of
 
 from .conftest import Client, latest_code
-from .processes import studio_environ
+from .processes import drain, output_of, studio_environ
 
 
 def new_address() -> str:
@@ -113,6 +113,7 @@ def worker_process(variables: Mapping[str, str]) -> Iterator[subprocess.Popen[st
         text=True,
         start_new_session=True,
     )
+    reader = drain(process)
     try:
         yield process
     finally:
@@ -123,8 +124,11 @@ def worker_process(variables: Mapping[str, str]) -> Iterator[subprocess.Popen[st
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+        reader.join(timeout=5)
         if process.stdout:
             process.stdout.close()
+        # Shown by pytest with a failed test's captured output.
+        print(f"--- worker {process.pid}:\n{output_of(process).text()}")
 
 
 @dataclass(frozen=True)
