@@ -12,7 +12,6 @@ import asyncio
 import base64
 import io
 import secrets
-import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,7 +32,7 @@ from service.studio.upstreams.base import Request
 from service.studio.upstreams.openai import OpenAIUpstream
 
 from .conftest import Client, SettingsFactory
-from .processes import Output
+from .processes import Output, output_of
 from .upstream_fakes import OPENAI_ERRORS, Canned, FakeOpenAI, png
 from .workbench import balance, ledger, sign_in, wait_for_status, worker_process
 
@@ -87,13 +86,9 @@ def studio(
 
 @contextmanager
 def worker(env: Env) -> Iterator[Output]:
-    """Run a worker process; collect everything it prints."""
+    """Run a worker process; what it prints is collected as it comes."""
     with worker_process(env) as process:
-        printed = Output()
-        reader = threading.Thread(target=printed.drain, args=(process,), daemon=True)
-        reader.start()
-        yield printed
-    reader.join(timeout=10)
+        yield output_of(process)
 
 
 async def _submit(client: Client, **body: Any) -> dict[str, Any]:
