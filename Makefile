@@ -53,14 +53,19 @@ typecheck: $(VENV)/.dev
 # servers and child processes, so more workers than cores pays. --dist loadscope
 # keeps each module on one worker: its module-scoped servers (Chromium, nginx,
 # weed mini, the fuzzed app, the built wheel) start once, and nothing else
-# flushes their Redis in the middle of the module. The tests marked `timing`
-# assert wall-clock budgets: they run afterwards, in one process, collected only
-# from the modules that mark one (collecting all 1,449 tests to deselect most
-# costs seconds). mypy runs beside them rather than beside the suite: they mostly
-# wait out real timeouts, and they are built to keep their budgets with the other
-# core busy (bench/soak.sh holds it busy through the whole suite), while the
-# suite needs both cores. bench/soak.sh runs `make test`'s pytest steps.
+# flushes their Redis in the middle of the module. --no-loadscope-reorder hands
+# modules out in the order tests/conftest.py sets (the longest first) rather
+# than by their number of tests. The tests marked `timing` assert wall-clock
+# budgets: they run afterwards on two processes, collected only from the
+# modules that mark one (collecting all 1,460 tests to deselect most costs
+# seconds). mypy runs beside them rather than beside the suite: they mostly
+# wait out real timeouts (each process starts with one that waits 10 s on a
+# thousand held connections), and they are built to keep their budgets with
+# the other core busy (bench/soak.sh holds it busy through the whole suite),
+# while the suite needs both cores. bench/soak.sh runs `make test`'s pytest
+# steps.
 TEST_WORKERS ?= 4
+XDIST := --dist loadscope --no-loadscope-reorder
 TIMING_MODULES = $(shell grep -l 'mark.timing' tests/test_*.py)
 # The suite starts about 200 `serve`, `worker` and operator processes: the
 # project's own bytecode is compiled once first (0.3 s) rather than by each.
@@ -70,10 +75,10 @@ test: ruff
 	$(MAKE) --no-print-directory -j2 typecheck timing
 
 suite: $(VENV)/.dev
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadscope -m "not timing"
+	$(BIN)/pytest -n $(TEST_WORKERS) $(XDIST) -m "not timing"
 
 timing: $(VENV)/.dev
-	$(BIN)/pytest -m timing $(TIMING_MODULES)
+	$(BIN)/pytest -n 2 $(XDIST) -m timing $(TIMING_MODULES)
 
 bench: $(VENV)/.dev
 	$(BIN)/python bench/documents.py

@@ -84,10 +84,11 @@ passed=0
 for run in $(seq "$runs"); do
     log="$work/run-$run.log"
     started=$SECONDS
-    # as `make test` runs it: the parallel part, then the timing tests alone
+    # as `make test` runs it: the parallel part, then the timing tests on two
     if "$bin/pytest" -q -p no:cacheprovider -n "${SOAK_WORKERS:-4}" --dist loadscope \
-        -m "not timing" >"$log" 2>&1 &&
-        "$bin/pytest" -q -p no:cacheprovider -m timing \
+        --no-loadscope-reorder -m "not timing" >"$log" 2>&1 &&
+        "$bin/pytest" -q -p no:cacheprovider -n 2 --dist loadscope \
+            --no-loadscope-reorder -m timing \
             $(grep -l 'mark.timing' tests/test_*.py) >>"$log" 2>&1; then
         passed=$((passed + 1))
         echo "run $run: passed in $((SECONDS - started)) s" >&2

@@ -42,32 +42,60 @@ Client = TestClient[web.Request, web.Application]
 SUMMARY = pytest.StashKey[list[str]]()
 
 
-# The longest modules (about 25-90 s each, mostly waiting on worker processes,
-# vendor fakes and browsers), longest first. --dist loadscope hands modules out
-# in collection order, so these start first instead of last (most are test_up*,
-# late in the alphabet) and no worker is left finishing one long module alone.
+# The longest modules (about 15-70 s each on one of four processes, mostly waiting
+# on worker processes, vendor fakes and browsers), longest first, as measured with
+# `pytest -v` timestamps. `make suite` hands modules out in collection order
+# (--no-loadscope-reorder), so these start first instead of wherever the alphabet
+# puts them (most are test_up*, near the end) and no process is left finishing
+# one long module alone.
 LONGEST_FIRST: Final = (
     "test_upstream_vendors.py",
-    "test_upstream_openai.py",
     "test_moderation_providers.py",
+    "test_upstream_openai.py",
     "test_browser_workbench.py",
-    "test_library.py",
-    "test_browser.py",
+    "test_internal_fuzz.py",
     "test_upstream_fal.py",
     "test_upstream_ark.py",
+    "test_browser.py",
     "test_proxy_cache.py",
     "test_upstream_comfyui.py",
+    "test_cluster.py",
     "test_upstream_replicate.py",
-    "test_internal_fuzz.py",
+    "test_documents.py",
+    "test_payments_alipay.py",
+    "test_account_export.py",
     "test_upstream_slots.py",
-    "test_generations.py",
+    "test_orders_property.py",
+    "test_negotiation.py",
+    "test_browser_payments.py",
+    "test_supervisor.py",
+    "test_browser_account.py",
+    "test_moderation_sanctions.py",
+)
+
+
+# The timing part's two processes (`make timing`): each starts with one module that
+# waits out a 10 s timeout on a thousand held connections, so those two never set
+# their thousand up at once, and the rest follow longest first.
+TIMING_FIRST: Final = (
+    "test_slow_clients.py",
+    "test_loop_lateness.py",
+    "test_front_proxy.py",
+    "test_challenge.py",
 )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Put the longest modules first; every other module keeps its place."""
     rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    timing = {name: index for index, name in enumerate(TIMING_FIRST)}
+
+    def order(item: pytest.Item) -> int:
+        if item.get_closest_marker("timing") is not None:
+            return timing.get(item.path.name, len(timing))
+        return rank.get(item.path.name, len(rank))
+
+    items.sort(key=order)
 
 
 def pytest_terminal_summary(
