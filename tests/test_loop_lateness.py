@@ -304,6 +304,30 @@ async def test_a_hung_store_still_times_out_after_its_socket_timeout(
         await proxy.stop()
 
 
+async def test_patiently_times_out_in_a_task_cleaning_up_after_a_cancel() -> None:
+    """Work done while handling a cancel gets its TimeoutError; the cancel goes on."""
+    timed_out = False
+
+    async def clean_up() -> None:
+        nonlocal timed_out
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            try:
+                with patiently(0.05):
+                    await asyncio.sleep(10)  # a peer that never answers
+            except TimeoutError:
+                timed_out = True
+            raise
+
+    cleaning = asyncio.ensure_future(clean_up())
+    await asyncio.sleep(0.01)
+    cleaning.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cleaning
+    assert timed_out
+
+
 async def test_patiently_keeps_an_outer_cancel_a_cancel() -> None:
     """A cancel from outside passes through as CancelledError, not TimeoutError."""
 

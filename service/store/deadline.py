@@ -107,6 +107,9 @@ def patiently(seconds: float) -> Iterator[None]:
     task = asyncio.current_task()
     if task is None:
         raise RuntimeError("patiently() is used inside a task")
+    # As asyncio.timeout: a task already being canceled (cleaning up after a
+    # cancel) still gets its TimeoutError, and a cancel from outside stays one.
+    before = task.cancelling()
     expired = False
 
     def expire() -> None:
@@ -118,7 +121,7 @@ def patiently(seconds: float) -> Iterator[None]:
     try:
         yield
     except asyncio.CancelledError:
-        if expired and task.uncancel() == 0:
+        if expired and task.uncancel() <= before:
             raise TimeoutError(f"no answer within {seconds} s") from None
         raise
     finally:
