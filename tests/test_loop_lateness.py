@@ -12,7 +12,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 import pytest
-from redis.asyncio import Connection
+from redis.asyncio import Connection, Redis
 from redis.exceptions import TimeoutError as RedisTimeout
 
 from service.limits.limiter import (
@@ -222,6 +222,20 @@ async def test_a_hung_redis_fails_even_while_the_loop_stays_busy(
 STORE_TIMEOUT = 0.1
 
 
+def _store(url: str) -> Redis:
+    """A client as the service makes them, with short timeouts and no retry.
+
+    The service retries once; a burst longer than two timeouts would time out both.
+    """
+    return connect(
+        url,
+        cluster=False,
+        socket_timeout=STORE_TIMEOUT,
+        connect_timeout=STORE_TIMEOUT,
+        retries=0,
+    )
+
+
 @pytest.mark.parametrize("factory", _loop_factories())
 def test_a_store_reply_that_came_in_while_the_loop_was_busy_is_read(
     redis_server: RedisServer, factory: LoopFactory
@@ -233,13 +247,7 @@ def test_a_store_reply_that_came_in_while_the_loop_was_busy_is_read(
     """
 
     async def main() -> None:
-        redis = connect(
-            redis_server.url,
-            cluster=False,
-            socket_timeout=STORE_TIMEOUT,
-            connect_timeout=STORE_TIMEOUT,
-            retries=0,  # the service retries once; a longer burst times out both
-        )
+        redis = _store(redis_server.url)
         loop = asyncio.get_running_loop()
         try:
             await redis.ping()
@@ -262,13 +270,7 @@ def test_a_store_connection_opened_while_the_loop_was_busy_is_used(
     async def main() -> None:
         loop = asyncio.get_running_loop()
         for _ in range(3):
-            redis = connect(
-                redis_server.url,
-                cluster=False,
-                socket_timeout=STORE_TIMEOUT,
-                connect_timeout=STORE_TIMEOUT,
-                retries=0,
-            )
+            redis = _store(redis_server.url)
             try:
                 loop.call_soon(_busy, 3 * STORE_TIMEOUT)  # the connect is under way
                 assert await redis.ping()
@@ -285,13 +287,7 @@ async def test_a_hung_store_still_times_out_after_its_socket_timeout(
     proxy = HangingProxy(redis_server.port)
     proxy.hang = True
     await proxy.start()
-    redis = connect(
-        proxy.url,
-        cluster=False,
-        socket_timeout=STORE_TIMEOUT,
-        connect_timeout=STORE_TIMEOUT,
-        retries=0,
-    )
+    redis = _store(proxy.url)
     try:
         with collector_paused():
             started = time.monotonic()
