@@ -21,6 +21,7 @@ from service.limits.limiter import (
     LimiterUnavailable,
     Policy,
 )
+from service.store.cancel_safe import CancelSafeConnection
 from service.store.connect import connect
 from service.store.deadline import PATIENCE, SETTLE_SECONDS, patiently, within
 from service.store.embedded import MailCatcher, RedisServer
@@ -97,6 +98,78 @@ def test_a_reply_that_came_in_while_the_loop_was_busy_is_used(
             await limiter.aclose()
 
     _run(factory, main())
+
+
+def _stalling_before_write(stalls: list[float]) -> type[Connection]:
+    """Build a service connection that keeps the loop busy just before a write."""
+
+    class StallBeforeWrite(CancelSafeConnection):
+        async def send_packed_command(
+            self, command: bytes | str | Iterable[bytes], check_health: bool = True
+        ) -> None:
+            if stalls:
+                _busy(stalls.pop())  # the client's own work, before anything is out
+            await super().send_packed_command(command, check_health)
+
+    return StallBeforeWrite
+
+
+# Written just inside the budget; the proxy delays each reply by REPLY_DELAY.
+BEFORE_WRITE = 0.95 * DECISION_BUDGET_SECONDS
+REPLY_DELAY = 0.3 * DECISION_BUDGET_SECONDS
+
+
+@pytest.mark.parametrize("factory", _loop_factories())
+def test_a_decision_written_late_counts_its_budget_from_the_write(
+    redis_server: RedisServer, factory: LoopFactory
+) -> None:
+    """95 ms of the client's own before the write, 30 ms of Redis's after: allowed.
+
+    Counted from before the write, as it was, the budget ran out 5 ms after the
+    write and every one of these decisions failed.
+    """
+
+    async def main() -> None:
+        proxy = HangingProxy(redis_server.port)
+        await proxy.start()
+        limiter = Limiter.from_url(proxy.url)
+        stalls: list[float] = []
+        limiter.redis.connection_pool.connection_class = _stalling_before_write(stalls)
+        try:
+            assert (await limiter.check("test:warm-write", [POLICY])).allowed
+            proxy.delay = REPLY_DELAY  # connected, script loaded: one reply each
+            for attempt in range(3):
+                stalls.append(BEFORE_WRITE)
+                decision = await limiter.check(f"test:late-write-{attempt}", [POLICY])
+                assert decision.allowed
+                assert not stalls, "the stall happened"
+            assert limiter.breaker.failures == 0
+        finally:
+            await limiter.aclose()
+            await proxy.stop()
+
+    _run(factory, main())
+
+
+async def test_within_counts_its_budget_from_the_write(
+    redis_server: RedisServer,
+) -> None:
+    """The square's and the sessions' deadline: the same, through `within`."""
+    proxy = HangingProxy(redis_server.port)
+    await proxy.start()
+    redis = connect(proxy.url, cluster=False, socket_timeout=1, connect_timeout=1)
+    stalls: list[float] = []
+    redis.connection_pool.connection_class = _stalling_before_write(stalls)
+    try:
+        await redis.ping()
+        proxy.delay = REPLY_DELAY
+        for _ in range(3):
+            stalls.append(BEFORE_WRITE)
+            assert await within(DECISION_BUDGET_SECONDS, redis.echo("x")) == b"x"
+            assert not stalls, "the stall happened"
+    finally:
+        await redis.aclose()
+        await proxy.stop()
 
 
 @pytest.mark.parametrize("factory", _loop_factories())

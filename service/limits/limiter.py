@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, RedisClusterException, RedisError
 
 from ..store.connect import connect, is_cluster
-from ..store.deadline import PATIENCE, Deadline, within
+from ..store.deadline import PATIENCE, Deadline, counted_from_send, within
 
 _LUA: Final = Path(__file__).parent / "lua"
 GCRA_SCRIPT: Final = (_LUA / "gcra.lua").read_text()
@@ -260,13 +260,16 @@ class _Batcher:
             task.add_done_callback(self._running.discard)
 
     async def _run(self, batch: list[_Call]) -> None:
-        # The budget starts as the pipeline is sent, not when the batch was queued:
-        # a loop too busy to start this task has not waited on Redis.
+        # The budget counts from the pipeline's write (counted_from_send), not from
+        # when the batch was queued: a loop too busy to start this task or to
+        # write has not waited on Redis. A write that never happens still ends
+        # at the first budget.
         futures = [future for *_, future in batch]
         deadline = Deadline(self._budget, partial(_expire, futures))
         reads = sorted({key for _, _, key, _ in batch if key})
         try:
-            replies = await self._send(batch, reads)
+            with counted_from_send(deadline):  # from the write, as `within`
+                replies = await self._send(batch, reads)
             if any(isinstance(r, NoScriptError) for r in replies):
                 await self._redis.script_load(self._script)
                 replies = await self._send(batch, reads)

@@ -12,7 +12,9 @@ Timeouts: redis-py times a reply and a connect with `asyncio.timeout`. When a
 burst keeps the loop busy past the timeout, the reply and the expired timer
 become ready together and the timer wins: a request answers 503 although Redis
 answered in a millisecond. Such a connection times both with `patiently`
-(deadline.py), which lets a reply that has arrived be read first.
+(deadline.py), which lets a reply that has arrived be read first. It also
+tells a deadline over the call (`within`, the limiter's) when the command is
+out, so that the deadline counts the peer's time from there.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from redis.asyncio.connection import (
 )
 from redis.exceptions import TimeoutError as RedisTimeout
 
-from .deadline import patiently
+from .deadline import patiently, request_sent
 
 
 class _CancelSafe(AbstractConnection):
@@ -45,6 +47,7 @@ class _CancelSafe(AbstractConnection):
         if task is not None and task.cancelling() > cancels:
             await self.disconnect(nowait=True)
             raise asyncio.CancelledError
+        request_sent()  # a deadline over this call counts the peer's time from here
 
     async def read_response(
         self,

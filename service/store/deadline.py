@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Final, TypeVar
 
 T = TypeVar("T")
@@ -19,6 +20,8 @@ STALL_SECONDS: Final = 0.01
 PATIENCE: Final = 10
 # Operations abandoned at their deadline, kept alive until they finish on their own.
 _ABANDONED: Final[set[asyncio.Future[Any]]] = set()
+# The deadline of the operation in progress, told when its request is out.
+_SENT: Final[ContextVar[Callable[[], None] | None]] = ContextVar("sent", default=None)
 
 
 class Deadline:
@@ -31,13 +34,22 @@ class Deadline:
     settle timer that fires late (the loop stalled again) starts another. A
     settle timer on time expires, after the tasks already woken have had their
     turn; after PATIENCE budgets, a late one does too.
+
+    The budget counts from the request, not from before it: once the operation
+    writes its first command (see `counted_from_send`), the budget starts again
+    from that moment, once. Taking a connection, packing the command and
+    waiting for the CPU before the write are the client's own time; a peer that
+    never accepts or never lets the command out still fails at the first budget.
     """
 
     def __init__(self, seconds: float, expire: Callable[[], object]) -> None:
         self._loop = asyncio.get_running_loop()
+        self._seconds = seconds
         self._expire = expire
         self._give_up = self._loop.time() + seconds * PATIENCE
         self._handle: asyncio.Handle = self._loop.call_later(seconds, self._settle)
+        self._sent = False
+        self._fired = False
 
     def _settle(self) -> None:
         due = self._loop.time() + SETTLE_SECONDS
@@ -49,11 +61,40 @@ class Deadline:
             self._settle()
         else:
             # Queued behind the steps of tasks whose replies were already read.
-            self._handle = self._loop.call_soon(self._expire)
+            self._handle = self._loop.call_soon(self._fire)
+
+    def _fire(self) -> None:
+        self._fired = True
+        self._expire()
+
+    def sent(self) -> None:
+        """Start the budget again now, once: the request has just gone out."""
+        if self._sent or self._fired:
+            return
+        self._sent = True
+        self._handle.cancel()
+        self._handle = self._loop.call_later(self._seconds, self._settle)
 
     def cancel(self) -> None:
         """Stop the deadline: the operation has finished."""
         self._handle.cancel()
+
+
+@contextmanager
+def counted_from_send(deadline: Deadline) -> Iterator[None]:
+    """Let the store connections this task (or a task made inside) writes on
+    restart the deadline at their first write (`request_sent`)."""
+    token = _SENT.set(deadline.sent)
+    try:
+        yield
+    finally:
+        _SENT.reset(token)
+
+
+def request_sent() -> None:
+    """Tell the deadline of the operation in progress, if any, its request is out."""
+    if (sent := _SENT.get()) is not None:
+        sent()
 
 
 def _reap(future: asyncio.Future[Any]) -> None:
@@ -76,15 +117,16 @@ async def within(seconds: float, operation: Awaitable[T]) -> T:
     wait on a silent peer; the caller should not. A late operation is left to
     finish (or time out at the socket) in the background.
     """
-    future = asyncio.ensure_future(operation)
     waiter = asyncio.get_running_loop().create_future()
 
     def wake(_: object = None) -> None:
         if not waiter.done():
             waiter.set_result(None)
 
-    future.add_done_callback(wake)
     deadline = Deadline(seconds, wake)
+    with counted_from_send(deadline):  # the operation's task starts with it set
+        future = asyncio.ensure_future(operation)
+    future.add_done_callback(wake)
     try:
         await waiter
     finally:
