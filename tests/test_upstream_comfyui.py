@@ -17,7 +17,7 @@ from service.app import create_app
 from service.content import CONTENT_DIR, load_content
 from service.settings import Settings
 from service.store.embedded import MailCatcher, RedisServer
-from service.studio.keys import GENERATIONS
+from service.studio.keys import GENERATIONS, JOBS
 from service.studio.upstreams.tasks import memo_key
 
 from .conftest import Client, MakeClient, SettingsFactory
@@ -153,6 +153,30 @@ async def test_a_cancel_while_the_prompt_is_being_queued_still_deletes_it(
         await wait_for_status(client, generation["id"], {"canceled"})
         (prompt,) = fake.prompts.values()
         await until(lambda: prompt.state == "deleted", within=10)
+    await assert_books(client, PRICE, refunded=True)
+
+
+async def test_a_late_cancel_message_does_not_cut_short_telling_comfyui_to_stop(
+    client: Client, fake: FakeComfyUI, env: dict[str, str]
+) -> None:
+    """The worker's own look is telling ComfyUI when the owner's message lands."""
+    fake.queued = True
+    with worker_process(env):
+        generation = await submit(client, model=MODEL, prompt="never mind")
+        await until(lambda: bool(fake.prompts))
+        fake.delete_delay = 1.0
+        me = await (await client.get("/api/me")).json()
+        outcome, _ = await client.app[GENERATIONS].settle(
+            me["id"], generation["id"], "cancel"
+        )
+        assert outcome == "OK"
+        await until(lambda: bool(fake.api_requests("/queue")), within=10)
+        await client.app[JOBS].cancel(generation["id"])  # the message, late
+        (prompt,) = fake.prompts.values()
+        await until(
+            lambda: prompt.state == "deleted" and bool(fake.api_requests("/interrupt")),
+            within=10,
+        )
     await assert_books(client, PRICE, refunded=True)
 
 

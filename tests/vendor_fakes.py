@@ -615,6 +615,8 @@ class FakeComfyUI(FakeServer):
         self.queued = False
         # Seconds /prompt takes to answer after it has queued the prompt.
         self.answer_delay = 0.0
+        # Seconds POST /queue {"delete"} takes before it deletes and answers.
+        self.delete_delay = 0.0
         self.failure: str | None = None
         self.sockets: dict[str, list[web.WebSocketResponse]] = {}
         self.uploads: dict[str, bytes] = {}
@@ -780,6 +782,7 @@ class FakeComfyUI(FakeServer):
 
     async def _queue_change(self, request: web.Request) -> web.StreamResponse:
         await self.scripted(request)
+        await asyncio.sleep(self.delete_delay)
         for prompt_id in (await request.json()).get("delete", []):
             prompt = self.prompts.get(prompt_id)
             if prompt is not None and prompt.state == "pending":

@@ -11,7 +11,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -125,11 +125,13 @@ class Worker:
             except STORE_ERRORS as err:
                 _LOGGER.warning("queue unavailable: %s", type(err).__name__)
                 await _sleep_or_stop(stop, 1.0)
+        listening = asyncio.Event()
         helpers = [
             asyncio.create_task(self._janitor(stop), name="janitor"),
-            asyncio.create_task(self._signals(stop), name="signals"),
+            asyncio.create_task(self._signals(stop, listening), name="signals"),
         ]
-        try:
+        try:  # a job taken before its cancel channel is heard could miss a cancel
+            await _first(listening.wait(), stop.wait())
             await self._consume(stop)
         finally:
             await self._shut_down()
@@ -502,12 +504,13 @@ class Worker:
             self._stop_local(gid)
             await self.queue.finish(gid, ref)
 
-    async def _signals(self, stop: asyncio.Event) -> None:
+    async def _signals(self, stop: asyncio.Event, listening: asyncio.Event) -> None:
         """Stop a running job the moment its owner cancels it; wake on new jobs."""
         subscriber = Subscriber(self.redis)
         while not stop.is_set():
             try:
                 await subscriber.subscribe(CANCEL_CHANNEL, READY_CHANNEL)
+                listening.set()
                 while not stop.is_set():
                     message = await subscriber.get_message(timeout=1.0)
                     if not message or message["type"] != "message":
@@ -523,7 +526,7 @@ class Worker:
 
     def _stop_local(self, gid: str) -> None:
         for running in self._running.values():
-            if running.gid == gid and not running.task.done():
+            if running.gid == gid and not running.canceled and not running.task.done():
                 running.canceled = True
                 running.task.cancel()
 
@@ -540,6 +543,16 @@ def _succeed_args(works: list[dict[str, Any]]) -> list[str]:
     for work in works:
         args += [work["id"], json.dumps(work, ensure_ascii=False)]
     return args
+
+
+async def _first(*waits: Coroutine[Any, Any, Any]) -> None:
+    """Return when the first of the waits ends; stop the others."""
+    tasks = [asyncio.ensure_future(wait) for wait in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

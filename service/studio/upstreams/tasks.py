@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
@@ -42,6 +43,24 @@ CANCEL_SECONDS: Final = 5.0
 WAITING: Final = 0.05
 
 State = Literal["waiting", "running", "succeeded", "failed"]
+
+
+async def to_the_end(cleanup: Coroutine[Any, Any, None]) -> None:
+    """Run a bounded clean-up to its end; a cancel meanwhile is raised after it.
+
+    A job is often canceled twice (its owner's message, the worker's own look
+    at the record, its deadline): the second cancel must not cut short the
+    telling of the first, or the vendor keeps running (and billing) the task.
+    """
+    running = asyncio.ensure_future(cleanup)
+    canceled = False
+    while not running.done():
+        try:
+            await asyncio.shield(running)
+        except asyncio.CancelledError:
+            canceled = True
+    if canceled:
+        raise asyncio.CancelledError
 
 
 def memo_key(gid: str) -> str:
@@ -153,15 +172,21 @@ class TaskUpstream:
         try:
             return await asyncio.shield(creating)
         except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                async with asyncio.timeout(CANCEL_SECONDS):
-                    created = await creating
-                if isinstance(created, str):
-                    if request.memo.handing_back:  # the next worker polls it
-                        await request.memo.keep(created)
-                    else:
-                        await self._cancel(created)
+            await to_the_end(self._dispose(request, creating))
             raise
+
+    async def _dispose(
+        self, request: Request, creating: asyncio.Future[str | Polled | list[Output]]
+    ) -> None:
+        """Keep a task created after all for the next worker, or tell it to stop."""
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(CANCEL_SECONDS):
+                created = await creating
+            if isinstance(created, str):
+                if request.memo.handing_back:  # the next worker polls it
+                    await request.memo.keep(created)
+                else:
+                    await self._tell_to_cancel(created)
 
     async def _results(
         self, request: Request, polled: Polled, progress: Progress
@@ -207,6 +232,10 @@ class TaskUpstream:
                 delay = min(delay * 2, 30.0)
 
     async def _cancel(self, task: str) -> None:
+        """Tell the vendor to cancel, though the job is canceled again meanwhile."""
+        await to_the_end(self._tell_to_cancel(task))
+
+    async def _tell_to_cancel(self, task: str) -> None:
         """Tell the vendor to cancel; its answer changes nothing here."""
         with contextlib.suppress(Exception):
             async with asyncio.timeout(CANCEL_SECONDS):
