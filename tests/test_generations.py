@@ -20,6 +20,7 @@ from redis.asyncio import Redis
 from service.app import create_app
 from service.store.embedded import MailCatcher, RedisServer
 from service.studio.keys import EVENTS
+from service.studio.queue import GROUP, SHARDS, shard_of, stream
 
 from .conftest import Client, Env, MakeClient, SettingsFactory
 from .logs import troubles
@@ -191,6 +192,37 @@ async def test_a_killed_worker_leaves_its_job_to_another_with_one_debit(
     assert len(done["works"]) == 1
     assert [e["kind"] for e in await ledger(client)] == ["grant", "debit"]
     assert await balance(client) == 94
+
+
+async def test_a_worker_killed_holding_a_batch_from_several_shards_loses_no_job(
+    studio: MakeClient, mail_server: MailCatcher, studio_env: Env, redis: Redis
+) -> None:
+    """One read took jobs of several shards; SIGKILL; another worker runs each once."""
+    clients: list[Client] = []
+    shards: set[int] = set()
+    while len(clients) < 4 or len(shards) < 2:  # accounts spread over shards
+        client = await studio()
+        shards.add(shard_of((await sign_in(client, mail_server))["id"]))
+        clients.append(client)
+    generations = [await _submit(client) for client in clients]
+    slow = {**studio_env, "STUDIO_DEMO_SECONDS": "30"}
+    with worker_process(slow) as doomed:
+        for client, generation in zip(clients, generations, strict=True):
+            await wait_for_status(client, generation["id"], {"running"})
+        pending = [
+            await redis.xpending(stream(shard), GROUP) for shard in range(SHARDS)
+        ]
+        holding = [shard for shard, info in enumerate(pending) if info["pending"]]
+        assert len(holding) == len(shards) >= 2  # one batch, several shards
+        os.killpg(doomed.pid, signal.SIGKILL)
+        doomed.wait()
+    with worker_process({**studio_env, "STUDIO_DEMO_SECONDS": "0.2"}):
+        for client, generation in zip(clients, generations, strict=True):
+            done = await wait_for_status(client, generation["id"], {"succeeded"}, 30)
+            assert len(done["works"]) == 1
+    for client in clients:
+        assert [e["kind"] for e in await ledger(client)] == ["grant", "debit"]
+        assert await balance(client) == 94
 
 
 async def test_the_same_idempotency_key_twenty_times_gives_one_generation(

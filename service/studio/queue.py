@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import secrets
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -34,7 +35,8 @@ from redis.asyncio import Redis
 from redis.crc import key_slot
 from redis.exceptions import ResponseError
 
-from .ledger import text
+from ..store.connect import is_cluster
+from .ledger import pairs, text
 
 SHARDS: Final = 16
 GROUP: Final = "workers"
@@ -87,6 +89,24 @@ def _split(ref: str) -> tuple[int, str]:
     return int(shard), entry
 
 
+def stream(shard: int) -> str:
+    """Name a shard's stream."""
+    return f"{prefix(shard)}:stream"
+
+
+_SHARD_OF_STREAM: Final = {stream(shard).encode(): shard for shard in range(SHARDS)}
+
+
+def _deliveries(reply: Any) -> list[tuple[str, str]]:
+    """An XREADGROUP reply as (reference, generation id); a deleted entry is none."""
+    return [
+        (_ref(_SHARD_OF_STREAM[name], text(entry)), text(fields[b"g"]))
+        for name, entries in reply or []
+        for entry, fields in entries
+        if fields
+    ]
+
+
 def shard_ref(shard: int) -> str:
     """A reference to a shard with no delivery (a job found by its deadline)."""
     return _ref(shard, "")
@@ -103,6 +123,7 @@ class JobQueue:
         self._redis = redis
         self._script = redis.register_script(_SCRIPT)
         self._next = 0  # the shard a read starts at, rotating for fairness
+        self._cluster = is_cluster(redis)
 
     async def ensure_group(self) -> None:
         """Create every stream and its consumer group once; again is a no-op."""
@@ -126,36 +147,77 @@ class JobQueue:
         fields = await self._redis.hgetall(f"{prefix(shard)}:job:{gid}")
         return {text(k): text(v) for k, v in fields.items()}
 
-    async def attempt(self, ref: str, gid: str) -> int:
-        """Count one more run of a job."""
-        shard, _ = _split(ref)
-        key = f"{prefix(shard)}:job:{gid}"
-        return int(await self._redis.hincrby(key, "attempts", 1))
+    async def take(self, ref: str, gid: str) -> dict[str, str]:
+        """Read a job's record and count one more run of it, in one step.
 
-    async def read(self, consumer: str, count: int) -> list[tuple[str, str]]:
-        """Take up to `count` new jobs, shard after shard: (reference, generation id).
-
-        Reads do not block (a cluster cannot block on streams of several
-        slots); an idle worker waits for READY_CHANNEL instead.
+        Empty if the job is finished: nothing is counted, nothing made again.
         """
-        found: list[tuple[str, str]] = []
-        planned = await self._oldest(count)
+        shard, _ = _split(ref)
+        reply = await self._script(keys=[prefix(shard)], args=["take", gid])
+        return pairs(reply)
+
+    async def read(
+        self, consumer: str, count: int, block_ms: int = 0
+    ) -> list[tuple[str, str]]:
+        """Take new jobs, oldest first: (reference, generation id).
+
+        The shards' lines say which jobs waited longest; on a single Redis one
+        XREADGROUP takes them from every shard at once, and a cluster (which
+        cannot read streams of several slots in one command) reads them in one
+        pipeline, sent to each node at once. If none is due, every shard is
+        read for one job: on a single Redis blocking up to `block_ms` for the
+        next submit; a cluster does not block (its idle worker waits for
+        READY_CHANNEL). That read may bring more than `count` (one per shard)
+        when several shards fill at once: the caller holds them as its own.
+        """
+        found = await self._planned(consumer, await self._oldest(count), count)
+        if found:
+            return found
         start, self._next = self._next, (self._next + 1) % SHARDS
-        rotation = [(start + step) % SHARDS for step in range(SHARDS)]
-        for shard, most in [*planned.items(), *((s, count) for s in rotation)]:
-            if len(found) >= count:
-                break
-            stream = f"{prefix(shard)}:stream"
-            reply: Any = await self._redis.xreadgroup(
-                GROUP, consumer, {stream: ">"}, count=min(most, count - len(found))
+        every = [(start + step) % SHARDS for step in range(SHARDS)]
+        if self._cluster:
+            return await self._each(consumer, dict.fromkeys(every, 1))
+        reply = await self._redis.xreadgroup(
+            GROUP, consumer, {stream(shard): ">" for shard in every},
+            count=1, block=block_ms or None,
+        )  # fmt: skip
+        return _deliveries(reply)
+
+    async def _planned(
+        self, consumer: str, planned: dict[int, int], count: int
+    ) -> list[tuple[str, str]]:
+        """Read the shards the plan names, as many from each as it says."""
+        if self._cluster:
+            return await self._each(consumer, planned)
+        found: list[tuple[str, str]] = []
+        while planned and len(found) < count:
+            # COUNT is per stream: the least the plan wants of any shard, so no
+            # shard gives more than planned; the shards that want more go again.
+            step = min(planned.values())
+            reply = await self._redis.xreadgroup(
+                GROUP, consumer, {stream(shard): ">" for shard in planned}, count=step
             )
-            found += [
-                (_ref(shard, text(entry)), text(fields[b"g"]))
-                for _, entries in reply or []
-                for entry, fields in entries
-                if fields
-            ]
+            got = _deliveries(reply)
+            found += got
+            given = Counter(_split(ref)[0] for ref, _ in got)
+            planned = {
+                shard: most - step
+                for shard, most in planned.items()
+                if most > step and given[shard] == step
+            }
         return found
+
+    async def _each(
+        self, consumer: str, wanted: dict[int, int]
+    ) -> list[tuple[str, str]]:
+        """Read each shard with its own XREADGROUP, all in one pipeline."""
+        if not wanted:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for shard, most in wanted.items():
+                pipe.xreadgroup(GROUP, consumer, {stream(shard): ">"}, count=most)
+            replies = await pipe.execute()
+        return [ref for reply in replies for ref in _deliveries(reply)]
 
     async def _oldest(self, count: int) -> dict[int, int]:
         """Plan a read across shards: the `count` jobs waiting longest, per shard.
@@ -191,11 +253,14 @@ class JobQueue:
         for ref in refs:
             shard, entry = _split(ref)
             by_shard.setdefault(shard, []).append(entry)
-        for shard, entries in by_shard.items():
-            await self._redis.xclaim(
-                f"{prefix(shard)}:stream", GROUP, consumer, 0, entries,
-                idle=idle, justid=True,
-            )  # fmt: skip
+        if not by_shard:
+            return
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for shard, entries in by_shard.items():
+                pipe.xclaim(
+                    stream(shard), GROUP, consumer, 0, entries, idle=idle, justid=True
+                )
+            await pipe.execute()
 
     async def reclaim(
         self, consumer: str, min_idle_ms: int, count: int

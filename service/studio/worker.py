@@ -11,7 +11,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -25,7 +25,7 @@ from ..moderation.log import ModerationLog, Record, upstream_refusal
 from ..moderation.outputs import OutputCheck, OutputRefused
 from ..moderation.providers.base import Picture
 from ..settings import WorkbenchSettings
-from ..store.connect import STORE_ERRORS
+from ..store.connect import STORE_ERRORS, is_cluster
 from ..store.pubsub import Subscriber
 from .generations import GenerationStore
 from .ledger import account_key, iso, now, text
@@ -42,6 +42,8 @@ _LOGGER: Final = logging.getLogger(__name__)
 JANITOR_SECONDS: Final = 1.0
 # An idle worker reads the queue again after this long even without a ring.
 IDLE_POLL_SECONDS: Final = 0.5
+# On a single Redis an idle worker's read waits this long for a job itself.
+IDLE_BLOCK_MS: Final = 500
 # How long SIGTERM waits for running jobs before handing them back.
 SHUTDOWN_GRACE_SECONDS: Final = 10.0
 PROGRESS_STEP: Final = 0.02
@@ -98,6 +100,8 @@ class Worker:
         self.output_check = OutputCheck(self.settings.moderation)
         self._ready = asyncio.Event()  # READY_CHANNEL rang: a job may be waiting
         self._running: dict[str, _Running] = {}
+        # Delivered to this worker, not started yet: (entry, generation id).
+        self._held: list[tuple[str, str]] = []
         self._models = {model.id: model for model in self.content.models}
         self._slots = asyncio.Semaphore(self.settings.worker_concurrency)
         self._last_renewal = 0.0
@@ -141,20 +145,29 @@ class Worker:
 
     async def _consume(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
+            while self._held and len(self._running) < self.settings.worker_concurrency:
+                self._start(*self._held.pop(0))
             free = self.settings.worker_concurrency - len(self._running)
             if free <= 0:
                 await self._wait_for_a_slot(stop)
                 continue
             self._ready.clear()
             try:
-                jobs = await self.queue.read(self.consumer, free)
+                jobs = await _unless_stopped(
+                    self.queue.read(self.consumer, free, block_ms=IDLE_BLOCK_MS), stop
+                )
             except STORE_ERRORS as err:
                 _LOGGER.warning("queue read failed: %s", type(err).__name__)
                 await _sleep_or_stop(stop, 1.0)
                 continue
-            for entry, gid in jobs:
+            if jobs is None:  # stopping
+                break
+            # A read may bring more than there are free slots: the rest are this
+            # worker's (their leases renewed) and start as slots free.
+            for entry, gid in jobs[:free]:
                 self._start(entry, gid)
-            if not jobs:
+            self._held += jobs[free:]
+            if not jobs and is_cluster(self.redis):  # a cluster's read never blocks
                 await self._wait_for_a_job(stop)
 
     async def _wait_for_a_job(self, stop: asyncio.Event) -> None:
@@ -184,6 +197,12 @@ class Worker:
 
     async def _shut_down(self) -> None:
         """Give running jobs a grace period, then hand the rest back at once."""
+        held, self._held = [entry for entry, _ in self._held], []
+        if held:
+            idle_ms = self.settings.visibility_timeout * 1000
+            with contextlib.suppress(RedisError, OSError):
+                await self.queue.hand_back(self.consumer, held, idle_ms)
+            _LOGGER.info("handed back %d jobs not started", len(held))
         if not self._running:
             return
         tasks = [running.task for running in self._running.values()]
@@ -215,7 +234,7 @@ class Worker:
             _LOGGER.warning("job %s interrupted: %s", gid, type(err).__name__)
 
     async def _attempt(self, entry: str, gid: str) -> None:
-        job = await self.queue.job(entry, gid)
+        job = await self.queue.take(entry, gid)  # its record; one more run counted
         if not job or "account" not in job:
             await self.queue.finish(gid, entry)
             return
@@ -223,7 +242,6 @@ class Worker:
         if await self._retired(account, gid):  # its queued jobs fail, refunded
             await self._fail(account, gid, entry, "MODEL_UNAVAILABLE")
             return
-        await self.queue.attempt(entry, gid)
         outcome, fields = await self.generations.settle(account, gid, "start")
         if outcome in ("FINISHED", "NOT_FOUND"):
             await self.queue.finish(gid, entry)
@@ -484,7 +502,8 @@ class Worker:
         await self._timings.flush(self.redis)
         lease = self.settings.visibility_timeout
         if time.monotonic() - self._last_renewal >= lease / 3:
-            await self.queue.renew(self.consumer, list(self._running))
+            held = [entry for entry, _ in self._held]
+            await self.queue.renew(self.consumer, [*self._running, *held])
             self._last_renewal = time.monotonic()
         free = self.settings.worker_concurrency - len(self._running)
         if free > 0:
@@ -553,6 +572,22 @@ async def _first(*waits: Coroutine[Any, Any, Any]) -> None:
     finally:
         for task in tasks:
             task.cancel()
+
+
+async def _unless_stopped(
+    work: Awaitable[list[tuple[str, str]]], stop: asyncio.Event
+) -> list[tuple[str, str]] | None:
+    """Await `work`, or cancel it and return None once `stop` is set."""
+    doing = asyncio.ensure_future(work)
+    stopper = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({doing, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    stopper.cancel()
+    if not doing.done():
+        doing.cancel()
+        # A job delivered just now stays pending: it runs again after its lease.
+        await asyncio.gather(doing, return_exceptions=True)
+        return None
+    return doing.result()
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

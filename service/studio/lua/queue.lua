@@ -14,4 +14,12 @@ if action == 'finish' then
   redis.call('ZREM', Q .. ':waiting', gid)
   return redis.call('DEL', job)
 end
+if action == 'take' then
+  -- One more run of a job: its record, with the run counted (none if it is gone).
+  -- Taken, it no longer waits: the next read's plan skips it (queue.py).
+  if redis.call('EXISTS', job) == 0 then return {} end
+  redis.call('HINCRBY', job, 'attempts', 1)
+  redis.call('ZREM', Q .. ':waiting', gid)
+  return redis.call('HGETALL', job)
+end
 return redis.error_reply('ERR queue: unknown action')

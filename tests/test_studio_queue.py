@@ -1,0 +1,95 @@
+"""The job queue's reads: oldest first, one command for many shards, idle ones wait."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from redis.asyncio import Redis
+
+from service.store.embedded import MailCatcher
+from service.studio.queue import JobQueue, shard_of
+
+from .conftest import Client, MakeClient
+from .workbench import sign_in
+
+
+async def _submit(client: Client) -> str:
+    response = await client.post(
+        "/api/generations", json={"model": "seedream-4", "prompt": "a lamp"}
+    )
+    assert response.status == 202, await response.text()
+    body: dict[str, Any] = await response.json()
+    return str(body["id"])
+
+
+async def _people(
+    studio: MakeClient, mail_server: MailCatcher, shards: int
+) -> list[Client]:
+    """Signed-in people whose accounts sit on `shards` different queue shards."""
+    found: dict[int, Client] = {}
+    while len(found) < shards:
+        client = await studio()
+        found.setdefault(shard_of((await sign_in(client, mail_server))["id"]), client)
+    return list(found.values())
+
+
+async def _xreadgroup_calls(redis: Redis) -> int:
+    stats: dict[str, Any] = await redis.info("commandstats")
+    return int(stats.get("cmdstat_xreadgroup", {}).get("calls", 0))
+
+
+async def test_one_read_takes_the_oldest_jobs_of_several_shards_in_one_command(
+    studio: MakeClient, mail_server: MailCatcher, redis: Redis
+) -> None:
+    """Submitted a, b, a, b, c, c: a read of four takes the first four at once."""
+    a, b, c = await _people(studio, mail_server, 3)
+    order = [await _submit(person) for person in (a, b, a, b, c, c)]
+    queue = JobQueue(redis)
+    await queue.ensure_group()
+    before = await _xreadgroup_calls(redis)
+    taken = await queue.read("reader", 4)
+    assert await _xreadgroup_calls(redis) - before == 1
+    # A batch starts at once: within it, jobs come shard by shard.
+    assert sorted(gid for _, gid in taken) == sorted(order[:4])
+    for ref, gid in taken:  # as a worker does next: they no longer wait
+        assert (await queue.take(ref, gid))["attempts"] == "1"
+    rest = await queue.read("reader", 4)
+    assert sorted(gid for _, gid in rest) == sorted(order[4:])
+
+
+async def test_a_read_takes_no_more_from_a_shard_than_its_oldest_jobs_warrant(
+    studio: MakeClient, mail_server: MailCatcher, redis: Redis
+) -> None:
+    """a, b, a, a: a read of two takes the first a and the b; two a's stay."""
+    a, b = await _people(studio, mail_server, 2)
+    order = [await _submit(person) for person in (a, b, a, a)]
+    queue = JobQueue(redis)
+    await queue.ensure_group()
+    taken = await queue.read("reader", 2)
+    assert sorted(gid for _, gid in taken) == sorted(order[:2])
+    for ref, gid in taken:
+        await queue.take(ref, gid)
+    other = await queue.read("another", 8)
+    assert [gid for _, gid in other] == order[2:]
+
+
+async def test_an_idle_read_waits_for_the_next_submit_and_takes_it_at_once(
+    studio: MakeClient, mail_server: MailCatcher, redis: Redis
+) -> None:
+    """With every shard empty the read blocks, and a submit ends the wait."""
+    (person,) = await _people(studio, mail_server, 1)
+    queue = JobQueue(redis)
+    await queue.ensure_group()
+    started = time.monotonic()
+    assert await queue.read("reader", 4, block_ms=300) == []
+    assert time.monotonic() - started >= 0.25  # it waited, and then gave up
+    reading = asyncio.ensure_future(queue.read("reader", 4, block_ms=5000))
+    await asyncio.sleep(0.2)
+    assert not reading.done()
+    submitted = time.monotonic()
+    gid = await _submit(person)
+    taken = await asyncio.wait_for(reading, 5)
+    assert [g for _, g in taken] == [gid]
+    assert time.monotonic() - submitted < 1.0
