@@ -49,13 +49,13 @@ async def test_one_read_takes_the_oldest_jobs_of_several_shards_in_one_command(
     queue = JobQueue(redis)
     await queue.ensure_group()
     before = await _xreadgroup_calls(redis)
-    taken = await queue.read("reader", 4)
+    taken = (await queue.read("reader", 4)).jobs
     assert await _xreadgroup_calls(redis) - before == 1
     # A batch starts at once: within it, jobs come shard by shard.
     assert sorted(gid for _, gid in taken) == sorted(order[:4])
     for ref, gid in taken:  # as a worker does next: they no longer wait
         assert (await queue.take(ref, gid))["attempts"] == "1"
-    rest = await queue.read("reader", 4)
+    rest = (await queue.read("reader", 4)).jobs
     assert sorted(gid for _, gid in rest) == sorted(order[4:])
 
 
@@ -67,29 +67,47 @@ async def test_a_read_takes_no_more_from_a_shard_than_its_oldest_jobs_warrant(
     order = [await _submit(person) for person in (a, b, a, a)]
     queue = JobQueue(redis)
     await queue.ensure_group()
-    taken = await queue.read("reader", 2)
+    taken = (await queue.read("reader", 2)).jobs
     assert sorted(gid for _, gid in taken) == sorted(order[:2])
     for ref, gid in taken:
         await queue.take(ref, gid)
-    other = await queue.read("another", 8)
+    other = (await queue.read("another", 8)).jobs
     assert [gid for _, gid in other] == order[2:]
 
 
-async def test_an_idle_read_waits_for_the_next_submit_and_takes_it_at_once(
+async def test_a_read_whose_planned_jobs_others_took_takes_no_more_than_asked(
     studio: MakeClient, mail_server: MailCatcher, redis: Redis
 ) -> None:
-    """With every shard empty the read blocks, and a submit ends the wait."""
+    """Another worker took the oldest and has not started them: still at most one."""
+    people = await _people(studio, mail_server, 3)
+    for person in people:
+        await _submit(person)
+    queue = JobQueue(redis)
+    await queue.ensure_group()
+    assert len((await queue.read("first", 2)).jobs) == 2  # not taken yet
+    late = await queue.read("second", 1)
+    assert late.waiting
+    assert len(late.jobs) <= 1
+    everything = (await queue.read("third", 8)).jobs + late.jobs
+    assert len(everything) == 1  # the third job, whoever got it
+
+
+async def test_an_idle_wait_ends_with_the_next_submit_and_delivers_nothing(
+    studio: MakeClient, mail_server: MailCatcher, redis: Redis
+) -> None:
+    """With nothing queued, a read is empty and the wait lasts until a submit."""
     (person,) = await _people(studio, mail_server, 1)
     queue = JobQueue(redis)
     await queue.ensure_group()
+    idle = await queue.read("reader", 4)
+    assert (idle.jobs, idle.waiting) == ([], False)
     started = time.monotonic()
-    assert await queue.read("reader", 4, block_ms=300) == []
-    assert time.monotonic() - started >= 0.25  # it waited, and then gave up
-    reading = asyncio.ensure_future(queue.read("reader", 4, block_ms=5000))
+    await queue.wait(300)
+    assert time.monotonic() - started >= 0.25  # it waited, then gave up
+    waiting = asyncio.ensure_future(queue.wait(5000))
     await asyncio.sleep(0.2)
-    assert not reading.done()
-    submitted = time.monotonic()
+    assert not waiting.done()
     gid = await _submit(person)
-    taken = await asyncio.wait_for(reading, 5)
-    assert [g for _, g in taken] == [gid]
-    assert time.monotonic() - submitted < 1.0
+    await asyncio.wait_for(waiting, 3)  # the submit ended it
+    taken = (await queue.read("reader", 4)).jobs
+    assert [g for _, g in taken] == [gid]  # the wait itself delivered nothing

@@ -28,6 +28,7 @@ import itertools
 import secrets
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -107,6 +108,14 @@ def _deliveries(reply: Any) -> list[tuple[str, str]]:
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """The jobs one read took, and whether any job was waiting when it planned."""
+
+    jobs: list[tuple[str, str]]
+    waiting: bool
+
+
 def shard_ref(shard: int) -> str:
     """A reference to a shard with no delivery (a job found by its deadline)."""
     return _ref(shard, "")
@@ -156,32 +165,45 @@ class JobQueue:
         reply = await self._script(keys=[prefix(shard)], args=["take", gid])
         return pairs(reply)
 
-    async def read(
-        self, consumer: str, count: int, block_ms: int = 0
-    ) -> list[tuple[str, str]]:
-        """Take new jobs, oldest first: (reference, generation id).
+    async def read(self, consumer: str, count: int) -> Batch:
+        """Take up to `count` new jobs, oldest first, without waiting.
 
         The shards' lines say which jobs waited longest; on a single Redis one
-        XREADGROUP takes them from every shard at once, and a cluster (which
-        cannot read streams of several slots in one command) reads them in one
-        pipeline, sent to each node at once. If none is due, every shard is
-        read for one job: on a single Redis blocking up to `block_ms` for the
-        next submit; a cluster does not block (its idle worker waits for
-        READY_CHANNEL). That read may bring more than `count` (one per shard)
-        when several shards fill at once: the caller holds them as its own.
+        XREADGROUP takes them from every shard at once (another only for a
+        shard that gives more than the rest), and a cluster (which cannot read
+        streams of several slots in one command) reads them in one pipeline,
+        sent to each node at once. If the plan's jobs were all taken by other
+        workers first, `count` shards in turn are read for one job each. A
+        read never delivers more than `count`: a job delivered is this
+        worker's until its lease lapses.
         """
-        found = await self._planned(consumer, await self._oldest(count), count)
+        planned = await self._oldest(count)
+        found = await self._planned(consumer, planned, count)
         if found:
-            return found
-        start, self._next = self._next, (self._next + 1) % SHARDS
-        every = [(start + step) % SHARDS for step in range(SHARDS)]
+            return Batch(found, waiting=True)
+        start, self._next = self._next, (self._next + count) % SHARDS
+        turn = [(start + step) % SHARDS for step in range(min(count, SHARDS))]
         if self._cluster:
-            return await self._each(consumer, dict.fromkeys(every, 1))
-        reply = await self._redis.xreadgroup(
-            GROUP, consumer, {stream(shard): ">" for shard in every},
-            count=1, block=block_ms or None,
-        )  # fmt: skip
-        return _deliveries(reply)
+            found = await self._each(consumer, dict.fromkeys(turn, 1))
+        else:
+            reply = await self._redis.xreadgroup(
+                GROUP, consumer, {stream(shard): ">" for shard in turn}, count=1
+            )
+            found = _deliveries(reply)
+        return Batch(found, waiting=bool(planned or found))
+
+    async def wait(self, block_ms: int) -> None:
+        """On a single Redis, wait up to `block_ms` for the next job to be queued.
+
+        XREAD (not XREADGROUP) with BLOCK over every shard: it wakes with the
+        first submit, as a blocking group read would, but delivers nothing, so
+        the next `read` takes the oldest jobs and no more than there is room
+        for (a blocking group read may hand over one job per shard at once).
+        Canceling it loses nothing.
+        """
+        await self._redis.xread(
+            {stream(shard): "$" for shard in range(SHARDS)}, count=1, block=block_ms
+        )
 
     async def _planned(
         self, consumer: str, planned: dict[int, int], count: int

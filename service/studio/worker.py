@@ -11,7 +11,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -42,8 +42,10 @@ _LOGGER: Final = logging.getLogger(__name__)
 JANITOR_SECONDS: Final = 1.0
 # An idle worker reads the queue again after this long even without a ring.
 IDLE_POLL_SECONDS: Final = 0.5
-# On a single Redis an idle worker's read waits this long for a job itself.
+# On a single Redis an idle worker waits on the queue itself, this long at a time.
 IDLE_BLOCK_MS: Final = 500
+# A worker whose read found the jobs it planned taken by others reads again after this.
+RACED_SECONDS: Final = 0.02
 # How long SIGTERM waits for running jobs before handing them back.
 SHUTDOWN_GRACE_SECONDS: Final = 10.0
 PROGRESS_STEP: Final = 0.02
@@ -100,8 +102,6 @@ class Worker:
         self.output_check = OutputCheck(self.settings.moderation)
         self._ready = asyncio.Event()  # READY_CHANNEL rang: a job may be waiting
         self._running: dict[str, _Running] = {}
-        # Delivered to this worker, not started yet: (entry, generation id).
-        self._held: list[tuple[str, str]] = []
         self._models = {model.id: model for model in self.content.models}
         self._slots = asyncio.Semaphore(self.settings.worker_concurrency)
         self._last_renewal = 0.0
@@ -135,7 +135,7 @@ class Worker:
             asyncio.create_task(self._signals(stop, listening), name="signals"),
         ]
         try:  # a job taken before its cancel channel is heard could miss a cancel
-            await _first(listening.wait(), stop.wait())
+            await _unless_stopped(listening.wait(), stop)
             await self._consume(stop)
         finally:
             await self._shut_down()
@@ -144,31 +144,30 @@ class Worker:
             await asyncio.gather(*helpers, return_exceptions=True)
 
     async def _consume(self, stop: asyncio.Event) -> None:
+        raced = RACED_SECONDS
         while not stop.is_set():
-            while self._held and len(self._running) < self.settings.worker_concurrency:
-                self._start(*self._held.pop(0))
             free = self.settings.worker_concurrency - len(self._running)
             if free <= 0:
                 await self._wait_for_a_slot(stop)
                 continue
             self._ready.clear()
             try:
-                jobs = await _unless_stopped(
-                    self.queue.read(self.consumer, free, block_ms=IDLE_BLOCK_MS), stop
-                )
+                batch = await self.queue.read(self.consumer, free)
+                for entry, gid in batch.jobs:
+                    self._start(entry, gid)
+                if batch.jobs:
+                    raced = RACED_SECONDS
+                    continue
+                if is_cluster(self.redis):  # a cluster cannot block on all shards
+                    await self._wait_for_a_job(stop)
+                elif batch.waiting:  # others took them first (or a dead worker holds
+                    await _sleep_or_stop(stop, raced)  # them until its lease lapses)
+                    raced = min(2 * raced, IDLE_POLL_SECONDS)
+                else:  # idle: the next submit ends the wait
+                    await _unless_stopped(self.queue.wait(IDLE_BLOCK_MS), stop)
             except STORE_ERRORS as err:
                 _LOGGER.warning("queue read failed: %s", type(err).__name__)
                 await _sleep_or_stop(stop, 1.0)
-                continue
-            if jobs is None:  # stopping
-                break
-            # A read may bring more than there are free slots: the rest are this
-            # worker's (their leases renewed) and start as slots free.
-            for entry, gid in jobs[:free]:
-                self._start(entry, gid)
-            self._held += jobs[free:]
-            if not jobs and is_cluster(self.redis):  # a cluster's read never blocks
-                await self._wait_for_a_job(stop)
 
     async def _wait_for_a_job(self, stop: asyncio.Event) -> None:
         """Sleep until a submit rings READY_CHANNEL (or IDLE_POLL_SECONDS pass)."""
@@ -197,12 +196,6 @@ class Worker:
 
     async def _shut_down(self) -> None:
         """Give running jobs a grace period, then hand the rest back at once."""
-        held, self._held = [entry for entry, _ in self._held], []
-        if held:
-            idle_ms = self.settings.visibility_timeout * 1000
-            with contextlib.suppress(RedisError, OSError):
-                await self.queue.hand_back(self.consumer, held, idle_ms)
-            _LOGGER.info("handed back %d jobs not started", len(held))
         if not self._running:
             return
         tasks = [running.task for running in self._running.values()]
@@ -502,8 +495,7 @@ class Worker:
         await self._timings.flush(self.redis)
         lease = self.settings.visibility_timeout
         if time.monotonic() - self._last_renewal >= lease / 3:
-            held = [entry for entry, _ in self._held]
-            await self.queue.renew(self.consumer, [*self._running, *held])
+            await self.queue.renew(self.consumer, list(self._running))
             self._last_renewal = time.monotonic()
         free = self.settings.worker_concurrency - len(self._running)
         if free > 0:
@@ -564,30 +556,15 @@ def _succeed_args(works: list[dict[str, Any]]) -> list[str]:
     return args
 
 
-async def _first(*waits: Coroutine[Any, Any, Any]) -> None:
-    """Return when the first of the waits ends; stop the others."""
-    tasks = [asyncio.ensure_future(wait) for wait in waits]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()
-
-
-async def _unless_stopped(
-    work: Awaitable[list[tuple[str, str]]], stop: asyncio.Event
-) -> list[tuple[str, str]] | None:
-    """Await `work`, or cancel it and return None once `stop` is set."""
-    doing = asyncio.ensure_future(work)
+async def _unless_stopped(wait: Awaitable[None], stop: asyncio.Event) -> None:
+    """Await `wait`, or cancel it once `stop` is set."""
+    waiting = asyncio.ensure_future(wait)
     stopper = asyncio.ensure_future(stop.wait())
-    await asyncio.wait({doing, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait({waiting, stopper}, return_when=asyncio.FIRST_COMPLETED)
     stopper.cancel()
-    if not doing.done():
-        doing.cancel()
-        # A job delivered just now stays pending: it runs again after its lease.
-        await asyncio.gather(doing, return_exceptions=True)
-        return None
-    return doing.result()
+    waiting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiting  # its error, if any, is the caller's
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
