@@ -20,6 +20,12 @@ to the shard in its slot. Workers read every shard. Ids that predate this
 (tests, a single Redis) map to a shard by a stable hash; on a single server
 any pairing is atomic. The price: account data lives in SHARDS slots, so a
 cluster spreads it over at most SHARDS masters.
+
+Reads: a worker asks every shard's line for its oldest jobs (one pipeline) and
+takes them with one XREADGROUP over the shards that have them (a cluster: one
+pipeline, each node's part sent at once). Idle, it blocks on every shard with
+XREAD until the next submit (a cluster: it waits for READY_CHANNEL). Its
+running jobs' leases are renewed in one pipeline.
 """
 
 from __future__ import annotations
