@@ -9,10 +9,11 @@ from typing import Any
 from redis.asyncio import Redis
 
 from service.store.embedded import MailCatcher
-from service.studio.queue import JobQueue, shard_of
+from service.studio.generations import GenerationStore
+from service.studio.queue import JobQueue, entry_in, shard_of, stream
 
 from .conftest import Client, MakeClient
-from .workbench import sign_in
+from .workbench import ledger, sign_in
 
 
 async def _submit(client: Client) -> str:
@@ -111,3 +112,46 @@ async def test_an_idle_wait_ends_with_the_next_submit_and_delivers_nothing(
     await asyncio.wait_for(waiting, 3)  # the submit ended it
     taken = (await queue.read("reader", 4)).jobs
     assert [g for _, g in taken] == [gid]  # the wait itself delivered nothing
+
+
+async def _pending(redis: Redis, ref: str) -> int:
+    """How many deliveries of the ref's shard no worker has acknowledged."""
+    shard = int(ref.split("/", 1)[0])
+    summary: dict[str, Any] = await redis.xpending(stream(shard), "workers")
+    return int(summary["pending"])
+
+
+async def test_a_transition_that_ends_a_job_acknowledges_it_in_the_same_script_call(
+    studio: MakeClient, mail_server: MailCatcher, redis: Redis
+) -> None:
+    """start, then fail with ack: that one call ends it, refunds it, takes it out.
+
+    No worker runs here and nothing else is called: the script itself acked it.
+    """
+    (person,) = await _people(studio, mail_server, 1)
+    gid = await _submit(person)
+    account = (await (await person.get("/api/me")).json())["id"]
+    queue = JobQueue(redis)
+    await queue.ensure_group()
+    ((ref, taken),) = (await queue.read("reader", 1)).jobs
+    assert taken == gid
+    await queue.take(ref, gid)
+    store = GenerationStore(redis)
+    started, _ = await store.settle(account, gid, "start", ack=entry_in(ref, account))
+    assert started == "STARTED"
+    assert await _pending(redis, ref) == 1  # a running job stays delivered
+    outcome, fields = await store.settle(
+        account, gid, "fail", "UPSTREAM_FAILED", ack=entry_in(ref, account)
+    )
+    assert (outcome, fields["refunded"]) == ("OK", "1")
+    assert await _pending(redis, ref) == 0
+    assert await queue.depth() == 0
+    assert await queue.take(ref, gid) == {}  # its record is gone: nothing runs again
+    # A duplicate delivery's settle finds it ended: no second refund.
+    again, _ = await store.settle(account, gid, "start", ack=entry_in(ref, account))
+    assert again == "FINISHED"
+    assert [entry["kind"] for entry in await ledger(person)] == [
+        "grant",
+        "debit",
+        "refund",
+    ]

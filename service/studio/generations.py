@@ -86,7 +86,7 @@ class GenerationStore:
         self._redis = redis
         self._durable = DurableScripts(redis, wait_replicas)
         self._submit = script(redis, "submit")
-        self._settle = script(redis, "settle")
+        self._settle = script(redis, "settle", uses=["finish_job"])
 
     async def remembered(self, account_id: str, key: str) -> tuple[str, str] | None:
         """Return (body hash, generation id) kept for an Idempotency-Key."""
@@ -127,11 +127,15 @@ class GenerationStore:
         raise SubmitRefused(outcome, balance)
 
     async def settle(
-        self, account_id: str, gid: str, action: str, *extra: str
+        self, account_id: str, gid: str, action: str, *extra: str, ack: str = ""
     ) -> tuple[str, dict[str, str]]:
-        """Apply one transition; return its outcome and the generation after it."""
+        """Apply one transition; return its outcome and the generation after it.
+
+        `ack`, a stream entry of the account's shard (`entry_in`), finishes the
+        job in the same step when the transition ends it or finds it ended.
+        """
         keys = [account_key(account_id), prefix(shard_of(account_id))]
-        args = [gid, action, iso(now()), *extra]
+        args = [gid, action, iso(now()), ack, *extra]
         if action == "progress":  # moves no money: no wait for replicas
             reply = await self._settle(keys=keys, args=args)
         else:

@@ -29,9 +29,13 @@ def events_channel(account_id: str) -> str:
     return f"studio:events:{account_id}"
 
 
-def script(redis: Redis, name: str, directory: Path = _LUA) -> AsyncScript:
-    """Register an account script: the shared prelude, then its own body."""
-    return redis.register_script(_PRELUDE + (directory / f"{name}.lua").read_text())
+def script(
+    redis: Redis, name: str, directory: Path = _LUA, uses: Sequence[str] = ()
+) -> AsyncScript:
+    """Register an account script: the shared prelude, the parts it uses, its body."""
+    parts = [_PRELUDE, *((_LUA / f"{part}.lua").read_text() for part in uses)]
+    parts.append((directory / f"{name}.lua").read_text())
+    return redis.register_script("".join(parts))
 
 
 def text(value: bytes | str) -> str:

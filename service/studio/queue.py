@@ -50,7 +50,11 @@ GROUP: Final = "workers"
 CANCEL_CHANNEL: Final = "studio:jobs:cancel"
 # The submit script rings this after every enqueue: idle workers read at once.
 READY_CHANNEL: Final = "studio:jobs:ready"
-_SCRIPT: Final = (Path(__file__).parent / "lua" / "queue.lua").read_text()
+_LUA: Final = Path(__file__).parent / "lua"
+# finish_job.lua is shared with the settle script, which finishes ended jobs too.
+_SCRIPT: Final = "".join(
+    (_LUA / f"{name}.lua").read_text() for name in ("finish_job", "queue")
+)
 _SPAN: Final = 16384 // SHARDS
 
 
@@ -120,6 +124,16 @@ class Batch:
 
     jobs: list[tuple[str, str]]
     waiting: bool
+
+
+def entry_in(ref: str, account_id: str) -> str:
+    """The delivery's stream entry if its shard is the account's, else "".
+
+    The settle script finishes such a job itself (they share a slot); any
+    other (an id from before the shards) is finished on its own.
+    """
+    shard, entry = _split(ref)
+    return entry if shard == shard_of(account_id) else ""
 
 
 def shard_ref(shard: int) -> str:

@@ -33,7 +33,7 @@ from .media.fetchable import fetchable_url
 from .media.finishing import finish
 from .media.store import CONTENT_TYPES, MediaStore, new_key
 from .positions import Timings
-from .queue import CANCEL_CHANNEL, READY_CHANNEL, JobQueue
+from .queue import CANCEL_CHANNEL, READY_CHANNEL, JobQueue, entry_in
 from .upstreams.base import Output, Request, Upstream, UpstreamError
 from .upstreams.slots import UpstreamSlots
 from .upstreams.tasks import RedisMemo
@@ -235,9 +235,11 @@ class Worker:
         if await self._retired(account, gid):  # its queued jobs fail, refunded
             await self._fail(account, gid, entry, "MODEL_UNAVAILABLE")
             return
-        outcome, fields = await self.generations.settle(account, gid, "start")
+        ack = entry_in(entry, account)  # a job found ended is finished with it
+        outcome, fields = await self.generations.settle(account, gid, "start", ack=ack)
         if outcome in ("FINISHED", "NOT_FOUND"):
-            await self.queue.finish(gid, entry)
+            if not ack:
+                await self.queue.finish(gid, entry)
             return
         remaining = float(job["deadline"]) - time.time()
         started = time.monotonic()
@@ -279,8 +281,9 @@ class Worker:
         except BaseException:  # canceled or stopped while it was asked
             await self._discard(keys)
             raise
+        ack = entry_in(entry, account)  # settled and finished in one step
         outcome, _ = await self.generations.settle(
-            account, gid, "succeed", *_succeed_args(works)
+            account, gid, "succeed", *_succeed_args(works), ack=ack
         )
         if outcome != "OK":  # canceled or timed out meanwhile: discard the result
             for key in keys:
@@ -288,7 +291,8 @@ class Worker:
         self._timed(model, "succeeded" if outcome == "OK" else "discarded", started)
         if outcome == "OK":
             self._timings.ran(model, time.monotonic() - started)
-        await self.queue.finish(gid, entry)
+        if not ack:
+            await self.queue.finish(gid, entry)
 
     async def _discard(self, keys: list[str]) -> None:
         for key in keys:
@@ -333,14 +337,18 @@ class Worker:
         started: float | None = None,
         record: Record | None = None,
     ) -> None:
-        outcome, fields = await self.generations.settle(account, gid, "fail", code)
+        ack = entry_in(entry, account)  # settled and finished in one step
+        outcome, fields = await self.generations.settle(
+            account, gid, "fail", code, ack=ack
+        )
         if outcome == "OK":
             self.metrics.credits.labels("refunded").inc(int(fields["credits"]))
             if record is not None:  # a refusal for its content: logged once
                 await self.moderation_log.append(record)
         if started is not None:
             self._timed(model, "failed", started)
-        await self.queue.finish(gid, entry)
+        if not ack:
+            await self.queue.finish(gid, entry)
 
     async def _produce(
         self, account: str, gid: str, entry: str, fields: dict[str, str]
@@ -556,7 +564,7 @@ def _succeed_args(works: list[dict[str, Any]]) -> list[str]:
     return args
 
 
-async def _unless_stopped(wait: Awaitable[None], stop: asyncio.Event) -> None:
+async def _unless_stopped(wait: Awaitable[object], stop: asyncio.Event) -> None:
     """Await `wait`, or cancel it once `stop` is set."""
     waiting = asyncio.ensure_future(wait)
     stopper = asyncio.ensure_future(stop.wait())

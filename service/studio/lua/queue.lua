@@ -3,17 +3,7 @@
 -- KEYS[1] = studio:jobs:{q} (prefix). ARGV[1] = action, ARGV[2] = generation id.
 local Q, action, gid = KEYS[1], ARGV[1], ARGV[2]
 local job = Q .. ':job:' .. gid
-if action == 'finish' then
-  -- ARGV[3]: the stream entry that delivered it (also acked if the job is gone)
-  local entry = redis.call('HGET', job, 'entry') or ARGV[3]
-  if entry and entry ~= '' then
-    redis.call('XACK', Q .. ':stream', 'workers', entry)
-    redis.call('XDEL', Q .. ':stream', entry)
-  end
-  redis.call('ZREM', Q .. ':deadlines', gid)
-  redis.call('ZREM', Q .. ':waiting', gid)
-  return redis.call('DEL', job)
-end
+if action == 'finish' then return finish_job(Q, gid, ARGV[3]) end
 if action == 'take' then
   -- One more run of a job: its record, with the run counted (none if it is gone).
   -- Taken, it no longer waits: the next read's plan skips it (queue.py).
