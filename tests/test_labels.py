@@ -18,7 +18,12 @@ from service.labels.explicit import FONT_PATH, MIN_CAP_SHARE, TEXT, stamp_for
 from service.labels.finish import label_master, read_labels
 from service.labels.implicit import LabelError, make_label, verifies, xmp_packet
 from service.settings import LabelsSettings
-from service.studio.media.demo_art import render_image, render_video
+from service.studio.media.demo_art import (
+    picture_thumbnail,
+    render_image,
+    render_video,
+    thumbnail_webp,
+)
 from service.studio.media.finishing import finish
 
 from .labels_support import assert_one_label, clip_with_audio, exiftool, tc260_labels
@@ -104,6 +109,16 @@ def test_every_picture_format_carries_exactly_one_verifying_label() -> None:
         with Image.open(io.BytesIO(finished.data)) as back:
             assert back.size == (640, 480)
             assert back.format == fmt
+
+
+def test_a_thumbnail_from_the_labeled_pixels_is_the_one_the_stored_png_gives() -> None:
+    """The master is not decoded again, and its thumbnail does not change for it."""
+    master = label_master(SETTINGS, render_image("a lamp", 4, 1024, 768), "png", "w1")
+    assert master.picture is not None
+    packet = master.derivative_packet
+    assert picture_thumbnail(master.picture, xmp=packet) == thumbnail_webp(
+        master.data, xmp=packet
+    )
 
 
 def test_the_png_keeps_its_label_before_the_pixels() -> None:

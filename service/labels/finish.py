@@ -36,6 +36,8 @@ class Labeled:
 
     data: bytes
     derivative_packet: bytes
+    # A picture's labeled pixels, as encoded: its thumbnail needs no decode.
+    picture: Image.Image | None = None
 
 
 @dataclass(slots=True)
@@ -98,7 +100,9 @@ def label_master(
         if icc:
             image.info["icc_profile"] = icc
         record = stamp.record(image.width, image.height)
-        labeled = encode_image(image, extension, xmp_packet(label, record))
+        encoded = encode_image(image, extension, xmp_packet(label, record))
+        sealed = seal(settings, encoded, extension, label)
+        return Labeled(sealed, xmp_packet(label, record), image)
     return Labeled(seal(settings, labeled, extension, label), xmp_packet(label, record))
 
 

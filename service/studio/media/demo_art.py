@@ -225,6 +225,14 @@ def thumbnail_webp(
 
 
 @releasing
+def picture_thumbnail(
+    image: Image.Image, max_side: int = 512, xmp: bytes = b""
+) -> tuple[bytes, int, int]:
+    """Make a gallery-sized WebP of decoded pixels; returns (bytes, width, height)."""
+    return _webp(image, max_side, xmp)
+
+
+@releasing
 def video_poster(
     video_bytes: bytes, max_side: int = 512, xmp: bytes = b""
 ) -> tuple[bytes, int, int]:

@@ -15,7 +15,7 @@ from ...labels.finish import label_master, seal
 from ...labels.implicit import LabelError, make_label
 from ...settings import LabelsSettings
 from ..upstreams.base import UpstreamError
-from .demo_art import thumbnail_webp, video_info, video_poster
+from .demo_art import picture_thumbnail, video_info, video_poster
 
 _LOGGER: Final = logging.getLogger(__name__)
 
@@ -41,11 +41,11 @@ def finish(
         master = label_master(settings, data, extension, work_id)
         packet = master.derivative_packet
         video = None
-        if extension == "mp4":
+        if master.picture is None:  # a clip: its poster is its first frame
             video = video_info(master.data)
             thumb, _, _ = video_poster(master.data, xmp=packet)
-        else:
-            thumb, _, _ = thumbnail_webp(master.data, xmp=packet)
+        else:  # from the pixels just encoded: the master is not decoded again
+            thumb, _, _ = picture_thumbnail(master.picture, xmp=packet)
         thumb = seal(settings, thumb, "webp", make_label(settings, work_id))
     except LabelError as err:
         _LOGGER.warning("an output could not be labeled: %s", err)
