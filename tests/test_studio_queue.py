@@ -155,3 +155,23 @@ async def test_a_transition_that_ends_a_job_acknowledges_it_in_the_same_script_c
         "debit",
         "refund",
     ]
+
+
+async def test_a_job_canceled_before_its_turn_leaves_the_queue_at_once(
+    studio: MakeClient, mail_server: MailCatcher, redis: Redis
+) -> None:
+    """Its entry and record go with the cancel; one read before, it is found gone."""
+    (person,) = await _people(studio, mail_server, 1)
+    first, second = await _submit(person), await _submit(person)
+    queue = JobQueue(redis)
+    await queue.ensure_group()
+    ((ref, taken),) = (await queue.read("reader", 1)).jobs  # handed out, not started
+    assert taken == first
+    for gid in (first, second):
+        response = await person.post(f"/api/generations/{gid}/cancel")
+        assert response.status == 200, await response.text()
+    assert await queue.depth() == 0
+    assert await redis.xlen(stream(int(ref.split("/", 1)[0]))) == 0
+    assert await _pending(redis, ref) == 0
+    assert await queue.take(ref, first) == {}  # the worker that has it does nothing
+    assert (await queue.read("reader", 8)).jobs == []

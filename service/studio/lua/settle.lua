@@ -70,4 +70,7 @@ if err then redis.call('HSET', key, 'error', err) end
 local amount = give_back(cjson.decode(redis.call('HGET', key, 'lots')))
 entry('refund', amount, now_iso, gid, nil, nil)
 publish('credits', {balance = balance()})
+-- A job that ends before it started needs no worker: it leaves the queue now
+-- (a worker that was just handed it finds it gone and does nothing).
+if status == 'queued' and KEYS[2] then finish_job(KEYS[2], gid, '') end
 return ended({'OK', gen_event(gid)})
