@@ -11,8 +11,10 @@ from typing import Any
 from redis.asyncio import Redis
 
 from service.store.embedded import MailCatcher
-from service.studio.positions import Positions, waiting_key
-from service.studio.queue import SHARDS
+from service.studio.generations import GenerationStore
+from service.studio.ledger import Ledger
+from service.studio.positions import Positions
+from service.studio.queue import SHARDS, new_account_id, shard_of, waiting_key
 
 from .conftest import Client, Env, MakeClient
 from .workbench import sign_in, wait_for_status, worker_process
@@ -151,3 +153,27 @@ async def test_a_position_costs_one_count_per_shard_whatever_the_depth(
     }  # fmt: skip
     (shown,) = await positions.views([fields])
     assert shown["queue_position"] == 7001
+
+
+async def test_on_one_server_the_submit_counts_the_new_jobs_place_itself(
+    redis: Redis,
+) -> None:
+    """Three accounts on three shards: the submit's reply carries places 1, 2, 3."""
+    ledger = Ledger(redis, trial_credits=10, expire_months=24)
+    store = GenerationStore(redis)
+    accounts: dict[int, str] = {}
+    while len(accounts) < 3:  # ids from the same draw new accounts use
+        account = new_account_id()
+        accounts.setdefault(shard_of(account), account)
+    places = []
+    for number, account in enumerate(accounts.values()):
+        await ledger.open(account, f"p{number}@example.com", "x" * 32)
+        submitted = await store.submit(
+            account, f"g{number}", price=1, cap=4, idempotency="", body_hash="h",
+            deadline=0, fields={"model": "seedream-4", "kind": "image", "prompt": "p",
+                                "size": "1024x1024", "count": 1, "seed": 1},
+        )  # fmt: skip
+        places.append(submitted.place)
+    assert places == [1, 2, 3]
+    views = await Positions(redis).views([submitted.fields])
+    assert views[0]["queue_position"] == 3  # what counting afresh finds too

@@ -231,7 +231,9 @@ async def place(
             request, submitted.fields, status=200, replayed=True
         )
     app[METRICS].credits.labels("debited").inc(int(submitted.fields["credits"]))
-    return await generation_response(request, submitted.fields, status=202)
+    return await generation_response(
+        request, submitted.fields, status=202, place=submitted.place
+    )
 
 
 async def _replay(
@@ -266,8 +268,10 @@ async def generation_response(
     *,
     status: int = 200,
     replayed: bool = False,
+    place: int | None = None,
 ) -> web.Response:
-    (shown,) = await request.config_dict[POSITIONS].views([fields])
+    known = {fields["id"]: place} if place is not None else {}
+    (shown,) = await request.config_dict[POSITIONS].views([fields], known)
     response = json_response(shown, status=status)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"

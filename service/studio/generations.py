@@ -9,9 +9,10 @@ from typing import Any, Final
 
 from redis.asyncio import Redis
 
+from ..store.connect import is_cluster
 from ..store.durable import DurableScripts
 from .ledger import account_key, iso, now, pairs, script, text
-from .queue import prefix, shard_of
+from .queue import SHARDS, prefix, shard_of, waiting_key
 
 MAX_PROMPT: Final = 2000
 MAX_NEGATIVE_PROMPT: Final = 1000
@@ -35,6 +36,8 @@ class Submitted:
 
     fields: dict[str, str]
     replayed: bool
+    # Its place in line, where the submit could count it (one server).
+    place: int | None = None
 
 
 def generation_key(account_id: str, gid: str) -> str:
@@ -86,6 +89,11 @@ class GenerationStore:
         self._redis = redis
         self._durable = DurableScripts(redis, wait_replicas)
         self._submit = script(redis, "submit")
+        # One server: the submit also counts the new job's place in every line.
+        # A cluster keeps each line in its own slot: positions.py counts there.
+        self._lines = (
+            [] if is_cluster(redis) else [waiting_key(n) for n in range(SHARDS)]
+        )
         self._settle = script(redis, "settle", uses=["finish_job"])
 
     async def remembered(self, account_id: str, key: str) -> tuple[str, str] | None:
@@ -116,11 +124,12 @@ class GenerationStore:
         ]  # fmt: skip
         for name, value in fields.items():
             args += [name, value]
-        keys = [account_key(account_id), prefix(shard_of(account_id))]
+        keys = [account_key(account_id), prefix(shard_of(account_id)), *self._lines]
         reply = await self._durable.run(self._submit, keys, args)
         outcome = text(reply[0])
         if outcome == "OK":
-            return Submitted(pairs(reply[1]), replayed=False)
+            place = int(reply[2]) if len(reply) > 2 else None
+            return Submitted(pairs(reply[1]), replayed=False, place=place)
         if outcome == "REPLAY":
             return Submitted(pairs(reply[1]), replayed=True)
         balance = int(reply[1]) if len(reply) > 1 else None

@@ -27,7 +27,7 @@ from redis.asyncio import Redis
 from ..store.connect import is_cluster
 from .generations import view
 from .ledger import text
-from .queue import SHARDS, prefix
+from .queue import SHARDS, waiting_key
 
 RUNS: Final = 50
 STARTS: Final = 21
@@ -50,11 +50,6 @@ end
 return out
 """
 _STARTS_KEY: Final = "studio:eta:starts"
-
-
-def waiting_key(shard: int) -> str:
-    """Name a shard's line of waiting jobs (it shares the shard's hash tag)."""
-    return f"{prefix(shard)}:waiting"
 
 
 class Timings:
@@ -103,15 +98,23 @@ class Positions:
         self._gap: float | None = None
         self._read_at = -WINDOW_SECONDS
 
-    async def views(self, fields: Sequence[Mapping[str, str]]) -> list[dict[str, Any]]:
-        """Render stored generations with their place in line and estimate."""
+    async def views(
+        self, fields: Sequence[Mapping[str, str]], known: Mapping[str, int] = {}
+    ) -> list[dict[str, Any]]:
+        """Render stored generations with their place in line and estimate.
+
+        `known`: places already counted (the submit's), by generation id.
+        """
         shown = [view(item) for item in fields]
         queued = [f for f in fields if f.get("status") == "queued"]
-        places = await self._places([f.get("queued_us", "") for f in queued])
+        places = await self._places(
+            ["" if f["id"] in known else f.get("queued_us", "") for f in queued]
+        )
         live = [f for f in fields if f.get("status") in ("queued", "running")]
         if live:
             await self._windows({f["model"] for f in live})
         place_of = dict(zip((f["id"] for f in queued), places, strict=True))
+        place_of.update(known)
         for out in shown:
             if out["status"] == "queued":
                 out["queue_position"] = place_of[out["id"]]

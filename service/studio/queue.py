@@ -76,6 +76,11 @@ def prefix(shard: int) -> str:
     return f"studio:jobs:{{{TAGS[shard]}}}"
 
 
+def waiting_key(shard: int) -> str:
+    """Name a shard's line of waiting jobs (it shares the shard's hash tag)."""
+    return f"{prefix(shard)}:waiting"
+
+
 def shard_of(account_id: str) -> int:
     """The shard that shares the account's slot (or a stable pick for old ids)."""
     slot = key_slot(account_id.encode())
@@ -270,7 +275,7 @@ class JobQueue:
         """
         async with self._redis.pipeline(transaction=False) as pipe:
             for shard in range(SHARDS):
-                pipe.zrange(f"{prefix(shard)}:waiting", 0, count - 1, withscores=True)
+                pipe.zrange(waiting_key(shard), 0, count - 1, withscores=True)
             heads = await pipe.execute()
         oldest = sorted(
             (score, shard) for shard, line in enumerate(heads) for _, score in line

@@ -1,6 +1,8 @@
 -- Check, charge, record and enqueue one generation: one atomic step.
 -- KEYS[2]: the prefix of the queue shard in the account's slot
 -- (studio:jobs:{<tag>}, see queue.py), so this is one slot on Redis Cluster.
+-- KEYS[3..]: on a single server only, every shard's line of waiting jobs: the
+-- new job's place in line is counted here too (one round trip less).
 -- ARGV: gid, idempotency key ('' for none), body hash, price, per-user cap,
 --       now epoch, now_iso, deadline epoch, then the generation's fields as
 --       field, value...
@@ -50,4 +52,7 @@ redis.call('ZADD', Q .. ':waiting', queued_us, gid)
 redis.call('HSET', key, 'queued_us', string.format('%d', queued_us))
 redis.call('PUBLISH', 'studio:jobs:ready', '')  -- wakes idle workers
 publish('credits', {balance = balance()})
-return {'OK', gen_event(gid)}
+if #KEYS < 3 then return {'OK', gen_event(gid)} end
+local place, score = 1, '(' .. string.format('%d', queued_us)
+for i = 3, #KEYS do place = place + redis.call('ZCOUNT', KEYS[i], '-inf', score) end
+return {'OK', gen_event(gid), place}
