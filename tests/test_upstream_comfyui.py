@@ -123,6 +123,13 @@ async def test_a_sigkilled_worker_never_makes_comfyui_run_the_job_twice(
     await assert_books(client, PRICE, refunded=False)
 
 
+async def _cancel_unheard(client: Client, gid: str) -> None:
+    """Cancel in the store, refunded as the endpoint would, but nobody is told."""
+    me = await (await client.get("/api/me")).json()
+    outcome, _ = await client.app[GENERATIONS].settle(me["id"], gid, "cancel")
+    assert outcome == "OK"
+
+
 async def test_a_cancel_whose_message_the_worker_missed_still_deletes_the_prompt(
     client: Client, fake: FakeComfyUI, env: dict[str, str]
 ) -> None:
@@ -131,10 +138,7 @@ async def test_a_cancel_whose_message_the_worker_missed_still_deletes_the_prompt
     with worker_process(env):
         generation = await submit(client, model=MODEL, prompt="never mind")
         await until(lambda: bool(fake.prompts))
-        me = await (await client.get("/api/me")).json()
-        store = client.app[GENERATIONS]
-        outcome, _ = await store.settle(me["id"], generation["id"], "cancel")
-        assert outcome == "OK"  # refunded, as the endpoint would, but nobody is told
+        await _cancel_unheard(client, generation["id"])
         (prompt,) = fake.prompts.values()
         await until(lambda: prompt.state == "deleted", within=10)
     await assert_books(client, PRICE, refunded=True)
@@ -165,11 +169,7 @@ async def test_a_late_cancel_message_does_not_cut_short_telling_comfyui_to_stop(
         generation = await submit(client, model=MODEL, prompt="never mind")
         await until(lambda: bool(fake.prompts))
         fake.delete_delay = 1.0
-        me = await (await client.get("/api/me")).json()
-        outcome, _ = await client.app[GENERATIONS].settle(
-            me["id"], generation["id"], "cancel"
-        )
-        assert outcome == "OK"
+        await _cancel_unheard(client, generation["id"])
         await until(lambda: bool(fake.api_requests("/queue")), within=10)
         await client.app[JOBS].cancel(generation["id"])  # the message, late
         (prompt,) = fake.prompts.values()

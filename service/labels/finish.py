@@ -82,6 +82,8 @@ def label_master(
             raise LabelError(f"cannot label the clip: {err}") from err
         record = stamp.record(width, height)
         labeled = video + xmp_box(xmp_packet(None, record))
+        sealed = seal(settings, labeled, extension, label)
+        return Labeled(sealed, xmp_packet(label, record))
     else:
         try:
             with Image.open(io.BytesIO(data)) as source:
@@ -99,11 +101,9 @@ def label_master(
         image, stamp = draw_label(image)
         if icc:
             image.info["icc_profile"] = icc
-        record = stamp.record(image.width, image.height)
-        encoded = encode_image(image, extension, xmp_packet(label, record))
-        sealed = seal(settings, encoded, extension, label)
-        return Labeled(sealed, xmp_packet(label, record), image)
-    return Labeled(seal(settings, labeled, extension, label), xmp_packet(label, record))
+        packet = xmp_packet(label, stamp.record(image.width, image.height))
+        encoded = encode_image(image, extension, packet)
+        return Labeled(seal(settings, encoded, extension, label), packet, image)
 
 
 def seal(
