@@ -21,6 +21,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
 from service.app import create_app
+from service.limits.limiter import Limiter, Policy, bucket_key
 from service.settings import SettingsError, load_settings
 from service.store.cancel_safe import CancelSafeConnection
 from service.store.connect import connect, is_cluster
@@ -155,6 +156,26 @@ async def test_sign_in_sessions_and_limits_work_on_the_cluster(
     assert statuses == [200] * 5 + [429]
     assert (await client.post("/api/auth/logout")).status == 204
     assert (await client.get("/api/me")).status == 401
+
+
+async def test_a_turns_decisions_on_every_master_are_each_exact(
+    cluster: Cluster,
+) -> None:
+    """One turn's calls, spread over the slots of all masters, batched per slot."""
+    limiter = Limiter.from_url(cluster.url, cluster=True)
+    policy = Policy("cluster", 3, 3600, 2)
+    subjects = [f"test:spread{i}" for i in range(40)]
+    masters = {cluster.primary_of(bucket_key(s, policy)).port for s in subjects}
+    try:
+        decisions = await asyncio.gather(
+            *(limiter.check(s, [policy]) for s in subjects for _ in range(3))
+        )
+    finally:
+        await limiter.aclose()
+    assert len(masters) == 3
+    for index, subject in enumerate(subjects):
+        allowed = [d.allowed for d in decisions[3 * index : 3 * index + 3]]
+        assert allowed == [True, True, False], subject
 
 
 async def test_generations_credits_events_and_the_square_run_on_the_cluster(

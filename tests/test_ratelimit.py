@@ -7,6 +7,7 @@ import multiprocessing
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import redis as sync_redis
@@ -14,9 +15,11 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.crc import key_slot
+from redis.exceptions import ResponseError
 
 from service.limits.limiter import (
     DECISION_BUDGET_SECONDS,
+    GCRA_BATCH_SCRIPT,
     GCRA_SCRIPT,
     MICROS,
     Breaker,
@@ -353,7 +356,7 @@ def test_the_fallback_continues_from_what_redis_last_said() -> None:
 async def test_a_key_read_along_shares_the_decisions_round_trip(
     redis: Redis, redis_server: RedisServer
 ) -> None:
-    """Decisions of one turn and the key they read along cost one pipeline."""
+    """Decisions of one turn and the key they read along cost one script run."""
     limiter = Limiter.from_url(redis_server.url)
     wide = Policy("wide", 100, 60, 50)
     await redis.set("test:along", b"7")
@@ -374,6 +377,80 @@ async def test_a_key_read_along_shares_the_decisions_round_trip(
     def calls(name: str) -> int:
         return int(after[name]["calls"]) - int(before.get(name, {"calls": 0})["calls"])
 
-    # each script GETs its one bucket; the read along is one more GET, not ten
-    assert calls("cmdstat_evalsha") == 10
+    # one script run decides all ten, GETting each bucket, and reads the key
+    # along once, not ten times
+    assert calls("cmdstat_evalsha") == 1
     assert calls("cmdstat_get") == 10 + 1
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 3), st.lists(st.integers(0, 3), min_size=1, max_size=3)
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_a_batch_decides_each_call_as_the_script_would_one_after_another(
+    redis_server: RedisServer, calls: list[tuple[int, list[int]]]
+) -> None:
+    """Calls on the same and on different subjects, in one script run or one by
+    one; the keys it reads come after the decisions."""
+    client = sync_redis.Redis.from_url(redis_server.url)
+    single = client.register_script(GCRA_SCRIPT)
+    batch = client.register_script(GCRA_BATCH_SCRIPT)
+    client.flushdb()
+    client.set("test:read", b"7")
+    try:
+        keys: list[str] = []
+        args: list[int | str] = [NOW, len(calls), 2]
+        expected: list[Any] = []
+        for subject, costs in calls:
+            call_keys = [f"studio:rl:v1:{{s{subject}}}:p{i}" for i in range(len(costs))]
+            call_args = [x for cost in costs for x in (3, 1_000_000, cost)]
+            keys += call_keys
+            args += [len(call_keys), *call_args]
+            expected.append(
+                single(keys=[f"one:{k}" for k in call_keys], args=[NOW, *call_args])
+            )
+        got = batch(keys=[*keys, "test:read", "test:none"], args=args)
+        assert got == [*expected, b"7", None]
+    finally:
+        client.close()
+
+
+async def test_a_bad_batch_is_refused_whole(redis: Redis) -> None:
+    """Keys or arguments that do not add up to the calls they name decide nothing."""
+    batch = redis.register_script(GCRA_BATCH_SCRIPT)
+    key = "studio:rl:v1:{test:bad}:p"
+    cases: list[tuple[list[str], list[int | str]]] = [
+        ([key], [NOW, 2, 0, 1, 3, 1000, 1]),  # names two calls, holds one
+        ([key, key], [NOW, 1, 0, 1, 3, 1000, 1]),  # a key left over
+        ([key], [NOW, 1, 1, 1, 3, 1000, 1]),  # a key to read missing
+        ([key], [NOW, 1, 0, 1, 3, 1000, 1, 9]),  # an argument left over
+        ([key], [NOW, "x", 0]),
+    ]
+    for keys, args in cases:
+        with pytest.raises(ResponseError, match="rl: bad arity"):
+            await batch(keys=keys, args=args)
+    assert not await redis.exists(key)
+
+
+async def test_decisions_with_their_own_clocks_in_one_turn_keep_them(
+    redis_server: RedisServer,
+) -> None:
+    """Tests inject `now`; calls of one turn at different times are not merged."""
+    limiter = Limiter.from_url(redis_server.url)
+    policy = Policy("clock", 2, 3600, 1)  # one at once, the next after an hour
+    try:
+        first, same_time, hour_later = await asyncio.gather(
+            limiter.check("test:clock", [policy], now_us=NOW),
+            limiter.check("test:clock", [policy], now_us=NOW),
+            limiter.check("test:clock", [policy], now_us=NOW + HOUR_US),
+        )
+    finally:
+        await limiter.aclose()
+    assert (first.allowed, same_time.allowed, hour_later.allowed) == (True, False, True)
+    assert same_time.retry_after == 3600

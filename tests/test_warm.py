@@ -9,7 +9,7 @@ from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
 
 from service.app import create_app
-from service.limits.limiter import GCRA_SCRIPT, REFUND_SCRIPT
+from service.limits.limiter import GCRA_BATCH_SCRIPT, REFUND_SCRIPT
 from service.store.connect import WARM_SECONDS
 
 from .conftest import SettingsFactory
@@ -26,7 +26,7 @@ async def test_a_started_app_has_loaded_the_limiter_scripts_before_any_request(
     """The first sign-in's decision pays no NOSCRIPT round trip in its 100 ms."""
     await redis.script_flush()
     await aiohttp_client(create_app(make_settings()))
-    loaded = await redis.script_exists(_sha(GCRA_SCRIPT), _sha(REFUND_SCRIPT))
+    loaded = await redis.script_exists(_sha(GCRA_BATCH_SCRIPT), _sha(REFUND_SCRIPT))
     assert loaded == [True, True]
 
 

@@ -15,13 +15,28 @@ from pathlib import Path
 from typing import Any, Final
 
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError, RedisClusterException, RedisError
+from redis.crc import key_slot
+from redis.exceptions import (
+    NoScriptError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+)
 
 from ..store.connect import connect, is_cluster
 from ..store.deadline import PATIENCE, Deadline, counted_from_send, within
 
 _LUA: Final = Path(__file__).parent / "lua"
 GCRA_SCRIPT: Final = (_LUA / "gcra.lua").read_text()
+# The limiter's one script: a turn's decisions, each run through gcra.lua.
+GCRA_BATCH_SCRIPT: Final = "".join(
+    (
+        "local function gcra(KEYS, ARGV)\n",
+        GCRA_SCRIPT,
+        "\nend\n",
+        (_LUA / "gcra_batch.lua").read_text(),
+    )
+)
 REFUND_SCRIPT: Final = (_LUA / "refund.lua").read_text()
 _NAME: Final = re.compile(r"^[a-z][a-z0-9-]*$")
 _SUBJECT: Final = re.compile(r"^[A-Za-z0-9:./_-]+$")
@@ -34,7 +49,8 @@ DECISION_BUDGET_SECONDS: Final = 0.1
 CLIENT_BACKSTOP_SECONDS: Final = DECISION_BUDGET_SECONDS * PATIENCE
 # Connections of the limiter's pool.
 POOL_SIZE: Final = 16
-# Decisions that arrive in the same event-loop turn share one pipelined round trip.
+# Decisions that arrive in the same event-loop turn share one script run (one per
+# slot on a cluster) and one round trip.
 MAX_BATCH: Final = 256
 
 
@@ -221,16 +237,18 @@ class Breaker:
 
 @dataclass
 class _Batcher:
-    """Send the EVALSHAs of one event-loop turn as one pipeline: one round trip.
+    """Decide the calls of one event-loop turn in one script run: one round trip.
 
-    Each call stays its own atomic script run; only the network trip is shared,
-    so concurrent requests cost one write and one read instead of one each. A
-    caller may name a key to read along (a GET in the same pipeline, once per
-    batch): a value read after the caller arrived, at no extra round trip. A
-    batch has one deadline, counted from when its pipeline goes out: past it,
-    every caller still waiting gets a TimeoutError at once, while the late
-    pipeline finishes on its own. A reply that came in while the loop was busy
-    elsewhere is still used (see Deadline).
+    The batch script runs gcra.lua once per call, so each call is still decided
+    on its own, atomically; only the script run and the network trip are
+    shared: concurrent requests cost one command instead of one each. On a
+    cluster a batch holds the calls of one slot, and a turn's batches go out in
+    one pipeline. A caller may name a key to read along (a GET in the same
+    pipeline, once per turn): a value read after the caller arrived, at no extra
+    round trip. A turn has one deadline, counted from when its pipeline goes
+    out: past it, every caller still waiting gets a TimeoutError at once, while
+    the late pipeline finishes on its own. A reply that came in while the loop
+    was busy elsewhere is still used (see Deadline).
     """
 
     def __init__(self, redis: Redis, script: str, budget: float) -> None:
@@ -238,13 +256,15 @@ class _Batcher:
         self._budget = budget
         self._script = script
         self._sha = hashlib.sha1(script.encode()).hexdigest()
+        self._cluster = is_cluster(redis)
         self._queue: list[_Call] = []
         self._running: set[asyncio.Task[None]] = set()
 
     def submit(
         self, keys: list[str], args: list[int | str], read_along: str = ""
     ) -> asyncio.Future[tuple[Any, bytes | None]]:
-        """Queue one script run; its reply and the read-along value arrive together."""
+        """Queue one decision (gcra.lua's keys and arguments); its reply and the
+        read-along value arrive together."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[tuple[Any, bytes | None]] = loop.create_future()
         if not self._queue:
@@ -259,46 +279,102 @@ class _Batcher:
             self._running.add(task)
             task.add_done_callback(self._running.discard)
 
+    def _scripts(self, batch: list[_Call]) -> list[list[_Call]]:
+        """Split a turn's calls into script runs: one per slot and injected clock."""
+        runs: dict[tuple[int, int | str], list[_Call]] = {}
+        for call in batch:
+            keys, args, *_ = call
+            slot = key_slot(keys[0].encode()) if self._cluster else 0
+            runs.setdefault((slot, args[0]), []).append(call)
+        return list(runs.values())
+
     async def _run(self, batch: list[_Call]) -> None:
-        # The budget counts from the pipeline's write (counted_from_send), not from
+        # The budget counts from the command's write (counted_from_send), not from
         # when the batch was queued: a loop too busy to start this task or to
         # write has not waited on Redis. A write that never happens still ends
         # at the first budget.
         futures = [future for *_, future in batch]
         deadline = Deadline(self._budget, partial(_expire, futures))
+        runs = self._scripts(batch)
         reads = sorted({key for _, _, key, _ in batch if key})
         try:
             with counted_from_send(deadline):  # from the write, as `within`
-                replies = await self._send(batch, reads)
+                replies, values = await self._send(runs, reads)
             if any(isinstance(r, NoScriptError) for r in replies):
                 await self._redis.script_load(self._script)
-                replies = await self._send(batch, reads)
+                replies, values = await self._send(runs, reads)
         except Exception as err:
-            replies = [err] * (len(batch) + len(reads))
+            replies, values = [err] * len(runs), {}
         finally:
             deadline.cancel()
-        values = dict(zip(reads, replies[len(batch) :], strict=True))
-        for (_, _, key, future), reply in zip(batch, replies, strict=False):
-            if future.done():
-                continue  # its caller gave up at the deadline
-            if isinstance(reply, Exception):
-                future.set_exception(reply)
-                continue
-            value = values.get(key) if key else None
-            future.set_result((reply, None if isinstance(value, Exception) else value))
+        for run, run_reply in zip(runs, replies, strict=True):
+            for index, (_, _, key, future) in enumerate(run):
+                if future.done():
+                    continue  # its caller gave up at the deadline
+                reply = (
+                    run_reply if isinstance(run_reply, Exception) else run_reply[index]
+                )
+                if isinstance(reply, Exception):
+                    future.set_exception(reply)
+                    continue
+                value = values.get(key) if key else None
+                future.set_result(
+                    (reply, None if isinstance(value, Exception) else value)
+                )
 
-    async def _send(self, batch: list[_Call], reads: list[str]) -> list[Any]:
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for keys, args, _, _ in batch:
-                # execute_command: ClusterPipeline blocks its evalsha method
-                # but routes a raw EVALSHA by its keys' slot.
-                pipe.execute_command("EVALSHA", self._sha, len(keys), *keys, *args)
-            for key in reads:
-                pipe.get(key)
-            return list(await pipe.execute(raise_on_error=False))
+    async def _send(
+        self, runs: list[list[_Call]], reads: list[str]
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """Send a turn's script runs and reads; return each run's replies and the
+        values read.
+
+        On a single server the first run also reads the keys, so a turn is
+        usually one command, sent without a pipeline; a cluster's reads are
+        GETs beside the runs, as the keys may be on other slots.
+        """
+        folded = [] if self._cluster else reads
+        commands = [
+            self._evalsha(run, folded if index == 0 else [])
+            for index, run in enumerate(runs)
+        ]
+        commands += [("GET", key) for key in reads if self._cluster]
+        if len(commands) == 1:
+            try:
+                replies = [await self._redis.execute_command(*commands[0])]  # type: ignore[no-untyped-call]
+            except ResponseError as err:  # NoScriptError among them
+                replies = [err]
+        else:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for command in commands:
+                    # execute_command: ClusterPipeline blocks its evalsha
+                    # method but routes a raw EVALSHA by its keys' slot.
+                    pipe.execute_command(*command)
+                replies = list(await pipe.execute(raise_on_error=False))
+        if self._cluster:
+            return replies[: len(runs)], dict(
+                zip(reads, replies[len(runs) :], strict=True)
+            )
+        first = replies[0]
+        if isinstance(first, Exception) or not reads:
+            return replies, {}
+        calls = len(runs[0])
+        replies[0] = first[:calls]
+        return replies, dict(zip(reads, first[calls:], strict=True))
+
+    def _evalsha(self, run: list[_Call], reads: list[str]) -> tuple[Any, ...]:
+        """One EVALSHA of the batch script: a run's decisions, then keys to GET."""
+        keys: list[str] = []
+        args: list[int | str] = [run[0][1][0], len(run), len(reads)]
+        for call_keys, call_args, _, _ in run:
+            keys += call_keys
+            args.append(len(call_keys))
+            args += call_args[1:]
+        keys += reads
+        return ("EVALSHA", self._sha, len(keys), *keys, *args)
 
 
-# One queued script run: keys, arguments, a key to read along (or ""), its future.
+# One queued decision: gcra.lua's keys and arguments, a key to read along (or
+# ""), its future.
 _Call = tuple[
     list[str], list[int | str], str, "asyncio.Future[tuple[Any, bytes | None]]"
 ]
@@ -321,7 +397,7 @@ class Limiter:
     _denials: dict[MemoKey, tuple[float, Decision]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self._batcher = _Batcher(self.redis, GCRA_SCRIPT, DECISION_BUDGET_SECONDS)
+        self._batcher = _Batcher(self.redis, GCRA_BATCH_SCRIPT, DECISION_BUDGET_SECONDS)
         self._refund = self.redis.register_script(REFUND_SCRIPT)
 
     def remembered(self, memo_key: MemoKey) -> tuple[Decision, int] | None:

@@ -23,7 +23,7 @@ from .http import (
     setup_remembered_denials,
 )
 from .keys import LIMITER
-from .limiter import GCRA_SCRIPT, REFUND_SCRIPT, Limiter
+from .limiter import GCRA_BATCH_SCRIPT, REFUND_SCRIPT, Limiter
 
 # The per-client policies of each limited route, by route name.
 ROUTE_LIMITS: Final = web.AppKey("route_limits", dict[str, RouteLimit])
@@ -36,7 +36,7 @@ async def limiter_ctx(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     limiter = Limiter.from_url(settings.redis_url, cluster=settings.redis_cluster)
     app[LIMITER] = limiter
-    await warm(limiter.redis, (GCRA_SCRIPT, REFUND_SCRIPT))
+    await warm(limiter.redis, (GCRA_BATCH_SCRIPT, REFUND_SCRIPT))
     yield
     await limiter.aclose()
 

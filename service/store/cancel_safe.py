@@ -15,6 +15,12 @@ answered in a millisecond. Such a connection times both with `patiently`
 (deadline.py), which lets a reply that has arrived be read first. It also
 tells a deadline over the call (`within`, the limiter's) when the command is
 out, so that the deadline counts the peer's time from there.
+
+Packing: redis-py's asyncio connections pack each command in Python (3.8 µs
+for a limiter EVALSHA here); its synchronous ones use hiredis's C packer
+(0.6 µs). Such a connection packs with hiredis too, as the synchronous client
+does, and leaves an argument hiredis refuses to redis-py's own packer (and its
+DataError).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+import hiredis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.connection import (
     AbstractConnection,
@@ -32,11 +39,25 @@ from redis.asyncio.connection import (
     UnixDomainSocketConnection,
 )
 from redis.exceptions import TimeoutError as RedisTimeout
+from redis.typing import EncodableT
 
 from .deadline import patiently, request_sent
 
 
 class _CancelSafe(AbstractConnection):
+    def pack_command(self, *args: EncodableT) -> list[bytes]:
+        """Pack as redis-py's synchronous client does, with hiredis's C packer."""
+        first, rest = args[0], args[1:]
+        words: tuple[Any, ...] = args
+        if isinstance(first, str):  # "CONFIG GET" is two arguments
+            words = (*first.encode().split(), *rest)
+        elif isinstance(first, bytes) and b" " in first:
+            words = (*first.split(), *rest)
+        try:
+            return [hiredis.pack_command(words)]
+        except TypeError:  # None, a bool, a bytearray: redis-py's rules and errors
+            return super().pack_command(*args)
+
     async def send_packed_command(
         self, command: bytes | str | Iterable[bytes], check_health: bool = True
     ) -> None:
