@@ -43,6 +43,11 @@ class Metrics:
             ["outcome"],
             registry=registry,
         )
+        # Its three series, looked up once: a decision is counted on every request.
+        self.decisions = {
+            outcome: self.limiter.labels(outcome)
+            for outcome in ("allowed", "denied", "fallback")
+        }
         self.queue_depth = Gauge(
             "studio_queue_depth",
             "Generation jobs queued or running",

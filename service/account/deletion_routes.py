@@ -38,7 +38,7 @@ async def delete_account(request: web.Request) -> web.StreamResponse:
     The code is checked exactly as /api/auth/verify checks it: one attempt
     counted per try, the binding's own code only, any failure INVALID_CODE.
     """
-    app = request.config_dict
+    app = request.app
     settings = app[SETTINGS]
     body = await read_json(request, required={"code"})
     submitted = body["code"]

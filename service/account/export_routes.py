@@ -50,7 +50,7 @@ def _too_soon(retry_after: int) -> ApiError:
 
 async def request_export(request: web.Request) -> web.StreamResponse:
     """Ask for a ZIP of everything of mine; a worker builds it (one a day)."""
-    app = request.config_dict
+    app = request.app
     account = _me(request)
     policies = [app[SETTINGS].limits["export"]]
     await enforce(request, f"acct:{account}", policies, fail_open=False)
@@ -70,7 +70,7 @@ async def _mine(request: web.Request) -> dict[str, str]:
     eid = request.match_info["eid"]
     if not _EID.fullmatch(eid):
         raise ApiError(404, "NOT_FOUND")
-    fields = await request.config_dict[EXPORTS].get(_me(request), eid)
+    fields = await request.app[EXPORTS].get(_me(request), eid)
     if fields is None:
         raise ApiError(404, "NOT_FOUND")
     return fields
@@ -83,7 +83,7 @@ async def get_export(request: web.Request) -> web.StreamResponse:
 
 async def download(request: web.Request) -> web.StreamResponse:
     """Stream my ready export, never cached, for its 24 hours; then 404."""
-    app = request.config_dict
+    app = request.app
     fields = await _mine(request)
     if fields["status"] != "ready":
         raise ApiError(404, "NOT_FOUND")

@@ -157,9 +157,7 @@ async def spend_once(request: web.Request, signature: str, expires_at: int) -> b
     try:
         first = await within(
             SPEND_BUDGET_SECONDS,
-            request.config_dict[REDIS].set(
-                spent_key(signature), b"1", nx=True, px=ttl_ms
-            ),
+            request.app[REDIS].set(spent_key(signature), b"1", nx=True, px=ttl_ms),
         )
     except (RedisError, OSError, TimeoutError):
         _LOGGER.warning("could not mark a challenge solution spent")
@@ -193,7 +191,7 @@ async def _peek(
     request: web.Request, network: str, limits: Mapping[str, Policy]
 ) -> list[Decision]:
     """Read both bucket pairs without spending, in one pipelined round trip."""
-    limiter = request.config_dict[LIMITER]
+    limiter = request.app[LIMITER]
     try:
         return list(
             await asyncio.gather(
@@ -213,7 +211,7 @@ async def screen(request: web.Request, altcha: object) -> Admission:
     """
     if altcha is not None and not isinstance(altcha, str):
         raise ApiError(400, "BAD_REQUEST")
-    app = request.config_dict
+    app = request.app
     settings = app[SETTINGS]
     keys = keys_for(settings.secret_key)
     network = network_of(request[CLIENT])
@@ -240,7 +238,7 @@ async def charge(request: web.Request, admission: Admission) -> None:
     A free bucket emptied by a concurrent request answers CHALLENGE_REQUIRED,
     an outer one RATE_LIMITED; a failed second charge gives the first one back.
     """
-    settings = request.config_dict[SETTINGS]
+    settings = request.app[SETTINGS]
     charged: list[tuple[str, list[Policy]]] = []
     for subject, policies in admission.charges(settings.limits):
         try:
@@ -260,5 +258,5 @@ async def charge(request: web.Request, admission: Admission) -> None:
 
 async def give_back(request: web.Request, admission: Admission) -> None:
     """Return what charge spent: no mail went out."""
-    for subject, policies in admission.charges(request.config_dict[SETTINGS].limits):
+    for subject, policies in admission.charges(request.app[SETTINGS].limits):
         await refund(request, subject, policies)

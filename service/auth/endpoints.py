@@ -58,7 +58,7 @@ DEVICE_POLICIES: Final = (
 @anonymous
 async def request_code(request: web.Request) -> web.StreamResponse:
     """Mail a code; the answer is the same for new and known addresses."""
-    app = request.config_dict
+    app = request.app
     settings = app[SETTINGS]
     body = await read_json(request, required={"email"}, optional={"lang", "altcha"})
     lang = body.get("lang", "zh")
@@ -127,7 +127,7 @@ async def request_code(request: web.Request) -> web.StreamResponse:
 @anonymous
 async def verify(request: web.Request) -> web.StreamResponse:
     """Spend the code; the first verify of an address opens its account."""
-    app = request.config_dict
+    app = request.app
     settings = app[SETTINGS]
     body = await read_json(request, required={"email", "code"})
     submitted = body["code"]
@@ -187,12 +187,10 @@ async def logout(request: web.Request) -> web.StreamResponse:
     The browser's cookie is cleared even when Redis cannot be reached: the
     answer is then 503, and the session ends at its own expiry at the latest.
     """
-    secure = request.config_dict[SETTINGS].https
+    secure = request.app[SETTINGS].https
     if token := read_cookie(request.headers, COOKIE):
         try:
-            await within(
-                LOGOUT_BUDGET_SECONDS, request.config_dict[SESSIONS].delete(token)
-            )
+            await within(LOGOUT_BUDGET_SECONDS, request.app[SESSIONS].delete(token))
         except (RedisError, OSError, TimeoutError):
             cleared = web.Response()
             clear_session_cookie(cleared, secure=secure)
@@ -211,17 +209,17 @@ async def logout(request: web.Request) -> web.StreamResponse:
 
 async def logout_everywhere(request: web.Request) -> web.StreamResponse:
     """End every session of my account, this one included, and their streams."""
-    ended = await request.config_dict[SESSIONS].end_all(request[SESSION].account_id)
+    ended = await request.app[SESSIONS].end_all(request[SESSION].account_id)
     _LOGGER.info("signed out everywhere: %d sessions", ended)
     response = web.Response(status=204, headers={"Cache-Control": "no-store"})
-    clear_session_cookie(response, secure=request.config_dict[SETTINGS].https)
+    clear_session_cookie(response, secure=request.app[SETTINGS].https)
     return response
 
 
 async def me(request: web.Request) -> web.StreamResponse:
     """Show the signed-in account."""
     session = request[SESSION]
-    account = await request.config_dict[ACCOUNTS].load(session.account_id)
+    account = await request.app[ACCOUNTS].load(session.account_id)
     if account is None:
         raise ApiError(401, "NO_SESSION")
     return json_response(account.public())

@@ -118,7 +118,7 @@ async def enforce(
     read_along: str = "",
 ) -> None:
     """Charge a subject's policies for this request, or raise 429 (or 503)."""
-    app = request.config_dict
+    app = request.app
     try:
         decision, value = await app[LIMITER].check_reading(
             subject, policies, read_along
@@ -126,7 +126,7 @@ async def enforce(
         if read_along:
             request[READ_ALONG] = value
     except LimiterUnavailable:
-        app[METRICS].limiter.labels("fallback").inc()
+        app[METRICS].decisions["fallback"].inc()
         if not fail_open:
             _LOGGER.warning("limiter unavailable: refusing %s", request.rel_url.path)
             raise ApiError(
@@ -135,7 +135,7 @@ async def enforce(
         decision = app[LIMITER].local.check(subject, policies)
         request[DEGRADED] = True
     request.setdefault(DECISIONS, []).append(decision)
-    app[METRICS].limiter.labels("allowed" if decision.allowed else "denied").inc()
+    app[METRICS].decisions["allowed" if decision.allowed else "denied"].inc()
     if not decision.allowed:
         raise rate_limited(decision)
 
@@ -145,7 +145,7 @@ async def refund(
 ) -> None:
     """Give a subject its tokens back; a failure here only costs the client a wait."""
     try:
-        await request.config_dict[LIMITER].refund(subject, policies)
+        await request.app[LIMITER].refund(subject, policies)
     except LimiterUnavailable:
         _LOGGER.warning("could not refund %s", ",".join(p.name for p in policies))
 

@@ -75,6 +75,10 @@ class Policy:
     quota: int
     window: int
     burst: int
+    # T, the µs it takes one token to come back: computed once, read per request
+    interval_us: int = field(init=False, repr=False, compare=False)
+    # this policy in RateLimit-Policy, rendered once
+    rendered: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -87,17 +91,16 @@ class Policy:
             raise ValueError(
                 f"policy {self.name}: burst == quota only for a cooldown of 1"
             )
-        if self.burst * self.interval_us >= 2**53:
+        interval = -(-self.window * MICROS // max(1, self.quota - self.burst))
+        if self.burst * interval >= 2**53:
             raise ValueError(f"policy {self.name}: burst x interval exceeds 2^53 µs")
-
-    @property
-    def interval_us(self) -> int:
-        """Return T, the µs it takes one token to come back."""
-        return -(-self.window * MICROS // max(1, self.quota - self.burst))
+        object.__setattr__(self, "interval_us", interval)
+        rendered = f'"{self.name}";q={self.quota};w={self.window}'
+        object.__setattr__(self, "rendered", rendered)
 
     def header(self) -> str:
         """Render this policy for RateLimit-Policy."""
-        return f'"{self.name}";q={self.quota};w={self.window}'
+        return self.rendered
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,13 +45,13 @@ def _account(request: web.Request) -> str:
 
 
 def _packs(request: web.Request) -> dict[str, Pack]:
-    return {pack.id: pack for pack in orders.packs_of(request.config_dict[CONTENT])}
+    return {pack.id: pack for pack in orders.packs_of(request.app[CONTENT])}
 
 
 @anonymous
 async def list_packs(request: web.Request) -> web.StreamResponse:
     """List the packs of site.toml and which channels take payments now."""
-    providers = request.config_dict[PROVIDERS]
+    providers = request.app[PROVIDERS]
     return json_response(
         {
             "packs": [
@@ -80,7 +80,7 @@ def _choice(body: Mapping[str, Any], name: str, allowed: Mapping[str, Any]) -> s
 
 def _checkout(request: web.Request, fields: Mapping[str, str], pack: Pack) -> Checkout:
     """Describe an order to its provider: amount, words, where to come back."""
-    app = request.config_dict
+    app = request.app
     settings = app[SETTINGS]
     base = settings.base_url
     oid = fields["id"]
@@ -99,7 +99,7 @@ def _checkout(request: web.Request, fields: Mapping[str, str], pack: Pack) -> Ch
 
 async def create_order(request: web.Request) -> web.StreamResponse:
     """Open an order for a pack and lead the buyer to the channel's payment page."""
-    app = request.config_dict
+    app = request.app
     body = await read_json(request, required=_ORDER_FIELDS, name_field=True)
     account = _account(request)
     await enforce(
@@ -155,7 +155,7 @@ async def _action(
     and a retry with the same key must try the provider again, not replay a
     dead order.
     """
-    app = request.config_dict
+    app = request.app
     if stored := fields.get("action"):
         return dict(json.loads(stored))
     try:
@@ -182,7 +182,7 @@ async def _action(
 
 async def _abandon(request: web.Request, fields: Mapping[str, str]) -> None:
     """Close an order no provider took: expired now, off the open set, key free."""
-    app = request.config_dict
+    app = request.app
     oid = fields["id"]
     store = app[ORDERS]
     await store.expire(oid, max(time.time(), float(fields["expires"])))
@@ -198,7 +198,7 @@ async def list_orders(request: web.Request) -> web.StreamResponse:
     """List my orders, newest first."""
     limit, cursor = list_params(request.query, frozenset())
     before = read_cursor(cursor, "o")
-    items, last = await request.config_dict[ORDERS].page(
+    items, last = await request.app[ORDERS].page(
         _account(request), before=before, limit=limit
     )
     now = time.time()
@@ -212,7 +212,7 @@ async def list_orders(request: web.Request) -> web.StreamResponse:
 
 async def get_order(request: web.Request) -> web.StreamResponse:
     """Show one of my orders; a `created` one asks its provider first (every 5 s)."""
-    app = request.config_dict
+    app = request.app
     oid = request.match_info["oid"]
     if orders.account_of(oid) != _account(request):
         raise ApiError(404, "NOT_FOUND")

@@ -24,7 +24,7 @@ _LOGGER: Final = logging.getLogger(__name__)
 
 async def alipay_gateway(request: web.Request) -> web.StreamResponse:
     """GET|POST gateway.do: page/wap pay (the browser), query and refund."""
-    fake = request.config_dict[FAKE_GATEWAY]
+    fake = request.app[FAKE_GATEWAY]
     params = dict(request.query)
     if request.method == "POST":
         params |= {
@@ -146,7 +146,7 @@ async def _alipay_refund(
 async def _wechat_body(
     request: web.Request,
 ) -> tuple[FakeGateway, bytes] | web.Response:
-    fake = request.config_dict[FAKE_GATEWAY]
+    fake = request.app[FAKE_GATEWAY]
     body = await request.read()
     if not fake.wechat_request_ok(request, body):
         return web.json_response(
@@ -299,7 +299,7 @@ def _same_origin(url: str, other: str) -> bool:
 async def _checkout_trade(
     request: web.Request,
 ) -> tuple[FakeGateway, str, dict[str, str]]:
-    fake = request.config_dict[FAKE_GATEWAY]
+    fake = request.app[FAKE_GATEWAY]
     provider, order_id = request.match_info["provider"], request.match_info["order_id"]
     trade = await fake.trade(order_id)
     if trade is None or trade["provider"] != provider:

@@ -58,7 +58,7 @@ async def order_qrcode(request: web.Request) -> web.StreamResponse:
     oid = request.match_info["oid"]
     if orders.account_of(oid) != request[SESSION].account_id:
         raise ApiError(404, "NOT_FOUND")
-    url = code_url_of(await request.config_dict[ORDERS].get(oid))
+    url = code_url_of(await request.app[ORDERS].get(oid))
     if url is None:
         raise ApiError(404, "NOT_FOUND")
     return web.Response(

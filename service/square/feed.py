@@ -382,7 +382,7 @@ async def list_square(request: web.Request) -> web.StreamResponse:
     raw_cursor = query.get("cursor") or None
     sort_ = cast(Sort, sort)
     cursor = decode_cursor(raw_cursor, sort_) if raw_cursor else None
-    store = request.config_dict[SQUARE]
+    store = request.app[SQUARE]
     degraded = request.get(DEGRADED, False)
     body = await store.page_json(
         sort_, kind, cursor, limit, degraded=degraded, version=_version(request)
@@ -394,7 +394,7 @@ async def list_square(request: web.Request) -> web.StreamResponse:
 async def get_work(request: web.Request) -> web.StreamResponse:
     """Show one published work, or 404."""
     work_id = request.match_info["work_id"]
-    store = request.config_dict[SQUARE]
+    store = request.app[SQUARE]
     degraded = request.get(DEGRADED, False)
     body = (
         await store.work_json(work_id, degraded=degraded, version=_version(request))

@@ -141,7 +141,7 @@ async def create(request: web.Request) -> web.StreamResponse:
     """Make a collection."""
     name = await _name(request)
     try:
-        made = await request.config_dict[COLLECTIONS].create(_me(request), name)
+        made = await request.app[COLLECTIONS].create(_me(request), name)
     except TooManyCollections:
         raise ApiError(409, "LIMIT_REACHED") from None
     return json_response(made, status=201)
@@ -149,7 +149,7 @@ async def create(request: web.Request) -> web.StreamResponse:
 
 async def list_mine(request: web.Request) -> web.StreamResponse:
     """List my collections, newest first."""
-    found = await request.config_dict[COLLECTIONS].mine(_me(request))
+    found = await request.app[COLLECTIONS].mine(_me(request))
     return json_response({"collections": found})
 
 
@@ -157,7 +157,7 @@ async def rename(request: web.Request) -> web.StreamResponse:
     """Rename a collection of mine."""
     cid, name = _id(request, "cid"), await _name(request)
     try:
-        renamed = await request.config_dict[COLLECTIONS].rename(_me(request), cid, name)
+        renamed = await request.app[COLLECTIONS].rename(_me(request), cid, name)
     except CollectionNotFound:
         raise ApiError(404, "NOT_FOUND") from None
     return json_response(renamed)
@@ -166,7 +166,7 @@ async def rename(request: web.Request) -> web.StreamResponse:
 async def delete(request: web.Request) -> web.StreamResponse:
     """Delete a collection of mine; its works stay."""
     try:
-        await request.config_dict[COLLECTIONS].delete(_me(request), _id(request, "cid"))
+        await request.app[COLLECTIONS].delete(_me(request), _id(request, "cid"))
     except CollectionNotFound:
         raise ApiError(404, "NOT_FOUND") from None
     return web.Response(status=204, headers={"Cache-Control": "no-store"})
@@ -175,7 +175,7 @@ async def delete(request: web.Request) -> web.StreamResponse:
 async def _put(request: web.Request, on: bool) -> web.StreamResponse:
     cid, wid = _id(request, "cid"), _id(request, "wid")
     try:
-        await request.config_dict[COLLECTIONS].put(_me(request), cid, wid, on)
+        await request.app[COLLECTIONS].put(_me(request), cid, wid, on)
     except CollectionNotFound:
         raise ApiError(404, "NOT_FOUND") from None
     return web.Response(status=204, headers={"Cache-Control": "no-store"})

@@ -64,7 +64,7 @@ async def claim(request: web.Request) -> web.StreamResponse:
     """Grant me today's credits, once per day in Beijing."""
     moment = now()
     upcoming = iso(next_day(moment))
-    daily = request.config_dict[DAILY]
+    daily = request.app[DAILY]
     try:
         balance = await daily.claim(request[SESSION].account_id, moment)
     except AlreadyClaimed:

@@ -89,7 +89,7 @@ def _account(request: web.Request) -> str:
 @anonymous
 async def list_models(request: web.Request) -> web.StreamResponse:
     """List the catalog with what each model costs and whether it runs now."""
-    app = request.config_dict
+    app = request.app
     upstreams = app[UPSTREAMS]
     today = app[CLOCK]().date()
     models = []
@@ -120,9 +120,7 @@ async def credits(request: web.Request) -> web.StreamResponse:
     """Show the balance, the lots with credits left and a page of the ledger."""
     limit, cursor = list_params(request.query, frozenset())
     before = read_cursor(cursor, "e")
-    page = await request.config_dict[LEDGER].page(
-        _account(request), before=before, limit=limit
-    )
+    page = await request.app[LEDGER].page(_account(request), before=before, limit=limit)
     return json_response(
         {
             "balance": page.balance,
@@ -145,7 +143,7 @@ async def _fields(
     request: web.Request, body: Mapping[str, Any]
 ) -> tuple[Model, dict[str, str | int]]:
     """Check every field against the catalog; return the model and what to store."""
-    app = request.config_dict
+    app = request.app
     models = {model.id: model for model in app[CONTENT].models}
     model = models.get(body["model"]) if isinstance(body["model"], str) else None
     if model is None:
@@ -199,7 +197,7 @@ async def place(
     request: web.Request, body: Mapping[str, Any], idempotency: str, body_hash: str
 ) -> web.StreamResponse:
     """Check a submission's fields, then charge and queue it (or replay its key)."""
-    app = request.config_dict
+    app = request.app
     settings = app[SETTINGS].workbench
     account = _account(request)
     store = app[GENERATIONS]
@@ -242,7 +240,7 @@ async def _replay(
     stored_hash, gid = seen
     if stored_hash != body_hash:
         raise ApiError(422, "IDEMPOTENCY_KEY_REUSED")
-    fields = await request.config_dict[GENERATIONS].get(account, gid)
+    fields = await request.app[GENERATIONS].get(account, gid)
     if fields is None:
         raise ApiError(409, "IDEMPOTENCY_KEY_IN_USE")
     return await generation_response(request, fields, status=200, replayed=True)
@@ -271,7 +269,7 @@ async def generation_response(
     place: int | None = None,
 ) -> web.Response:
     known = {fields["id"]: place} if place is not None else {}
-    (shown,) = await request.config_dict[POSITIONS].views([fields], known)
+    (shown,) = await request.app[POSITIONS].views([fields], known)
     response = json_response(shown, status=status)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
@@ -285,14 +283,14 @@ async def list_generations(request: web.Request) -> web.StreamResponse:
     if (words := read_query(request.query)) is not None:
         items, last = await _found(request, words, before, limit)
     else:
-        items, last = await request.config_dict[GENERATIONS].page(
+        items, last = await request.app[GENERATIONS].page(
             _account(request), before=before, limit=limit
         )
     return json_response(
         {
             "items": [
                 await _live(request, shown)
-                for shown in await request.config_dict[POSITIONS].views(items)
+                for shown in await request.app[POSITIONS].views(items)
             ],
             "next_cursor": f"g{last}" if last else None,
         }
@@ -303,7 +301,7 @@ async def _found(
     request: web.Request, words: str, before: int | None, limit: int
 ) -> tuple[list[dict[str, str]], int | None]:
     """A page of my generations whose prompt holds the words."""
-    app, account = request.config_dict, _account(request)
+    app, account = request.app, _account(request)
     keep = generations_with(app[REDIS], account, words)
     index = f"{account_key(account)}:gens"
     gids, last = await walk(app[REDIS], index, before=before, limit=limit, keep=keep)
@@ -321,12 +319,12 @@ def generation_id(request: web.Request) -> str:
 
 async def get_generation(request: web.Request) -> web.StreamResponse:
     """Show one of my generations; someone else's is as absent as a missing one."""
-    fields = await request.config_dict[GENERATIONS].get(
+    fields = await request.app[GENERATIONS].get(
         _account(request), generation_id(request)
     )
     if fields is None:
         raise ApiError(404, "NOT_FOUND")
-    (shown,) = await request.config_dict[POSITIONS].views([fields])
+    (shown,) = await request.app[POSITIONS].views([fields])
     return json_response(await _live(request, shown))
 
 
@@ -334,14 +332,14 @@ async def _live(request: web.Request, generation: dict[str, Any]) -> dict[str, A
     """Show a finished generation's works as they are now: published, favorited."""
     if generation["works"]:
         ids = [work["id"] for work in generation["works"]]
-        live = await request.config_dict[WORKS].views(_account(request), ids)
+        live = await request.app[WORKS].views(_account(request), ids)
         generation["works"] = live  # a deleted work is no longer listed
     return generation
 
 
 async def cancel(request: web.Request) -> web.StreamResponse:
     """Cancel a queued or running generation, refunded in the same step."""
-    app = request.config_dict
+    app = request.app
     gid = generation_id(request)
     outcome, fields = await app[GENERATIONS].settle(_account(request), gid, "cancel")
     if outcome == "NOT_FOUND":
@@ -355,7 +353,7 @@ async def cancel(request: web.Request) -> web.StreamResponse:
 
 async def upload(request: web.Request) -> web.StreamResponse:
     """Accept a reference image only once Pillow has decoded all of it."""
-    app = request.config_dict
+    app = request.app
     if request.content_type != "multipart/form-data":
         raise ApiError(415, "UNSUPPORTED_MEDIA_TYPE")
     body_coding(request, taken=frozenset())  # an image is compressed already
@@ -431,7 +429,7 @@ async def _read_file_part(request: web.Request) -> bytes:
 
 async def events(request: web.Request) -> web.StreamResponse:
     """Stream my balance and generations as they change (Server-Sent Events)."""
-    app = request.config_dict
+    app = request.app
     session = request[SESSION]
     account = session.account_id
     hub = app[EVENTS]

@@ -51,7 +51,7 @@ async def _limit(request: web.Request, policy: str) -> None:
     These limits only slow an abusive account down: refusing a favorite
     because the limiter was late would punish everyone else.
     """
-    policies = [request.config_dict[SETTINGS].limits[policy]]
+    policies = [request.app[SETTINGS].limits[policy]]
     await enforce(request, f"acct:{_me(request)}", policies, fail_open=True)
 
 
@@ -65,7 +65,7 @@ async def list_works(request: web.Request) -> web.StreamResponse:
     words = read_query(request.query)
     if words is not None or "collection" in request.query:
         return await _found_works(request, limit, cursor, words, favorite == "true")
-    items, last = await request.config_dict[WORKS].page(
+    items, last = await request.app[WORKS].page(
         _me(request),
         before=read_cursor(cursor, "w"),
         limit=limit,
@@ -82,7 +82,7 @@ async def _found_works(
     favorite_only: bool,
 ) -> web.StreamResponse:
     """List my works holding `q`, or in a collection (most recently added first)."""
-    app, me = request.config_dict, _me(request)
+    app, me = request.app, _me(request)
     index, mark = f"{account_key(me)}:works", "w"
     if favorite_only:
         index = f"{account_key(me)}:favs"
@@ -104,7 +104,7 @@ async def _found_works(
 
 async def get_work(request: web.Request) -> web.StreamResponse:
     """Show a work of mine, or anyone's published one; everything else is 404."""
-    app, me, wid = request.config_dict, _me(request), _wid(request)
+    app, me, wid = request.app, _me(request), _wid(request)
     works = app[WORKS]
     if owned := await works.owned(me, wid):
         (favorite,) = await works.favorited(me, [wid])
@@ -117,7 +117,7 @@ async def get_work(request: web.Request) -> web.StreamResponse:
 
 async def delete_work(request: web.Request) -> web.StreamResponse:
     """Delete my work everywhere: library, square, others' favorites, its media."""
-    app = request.config_dict
+    app = request.app
     try:
         record = await app[WORKS].delete(_me(request), _wid(request))
     except WorkNotFound:
@@ -131,7 +131,7 @@ async def delete_work(request: web.Request) -> web.StreamResponse:
 async def publish(request: web.Request) -> web.StreamResponse:
     """Publish my work: first in the square, with nothing about me."""
     await _limit(request, "write")
-    app, me, wid = request.config_dict, _me(request), _wid(request)
+    app, me, wid = request.app, _me(request), _wid(request)
     if owned := await app[WORKS].owned(me, wid):  # the list may have grown since
         prompt = {"prompt": owned.record["prompt"]}
         await app[MODERATION].screen(prompt, source="publish", account=me, work=wid)
@@ -148,7 +148,7 @@ async def unpublish(request: web.Request) -> web.StreamResponse:
     """Take my work off the square, from every page, at once."""
     await _limit(request, "write")
     try:
-        work = await request.config_dict[WORKS].unpublish(_me(request), _wid(request))
+        work = await request.app[WORKS].unpublish(_me(request), _wid(request))
     except WorkNotFound:
         raise ApiError(404, "NOT_FOUND") from None
     return json_response(work)
@@ -157,7 +157,7 @@ async def unpublish(request: web.Request) -> web.StreamResponse:
 async def _favorite(request: web.Request, on: bool) -> web.StreamResponse:
     await _limit(request, "write")
     try:
-        await request.config_dict[WORKS].favorite(_me(request), _wid(request), on)
+        await request.app[WORKS].favorite(_me(request), _wid(request), on)
     except WorkNotFound:
         raise ApiError(404, "NOT_FOUND") from None
     return web.Response(status=204, headers={"Cache-Control": "no-store"})
@@ -176,7 +176,7 @@ async def unfavorite(request: web.Request) -> web.StreamResponse:
 async def list_favorites(request: web.Request) -> web.StreamResponse:
     """List the works I favorited, most recent favorite first."""
     limit, cursor = list_params(request.query, frozenset())
-    items, last = await request.config_dict[WORKS].favorites_page(
+    items, last = await request.app[WORKS].favorites_page(
         _me(request), before=read_cursor(cursor, "f"), limit=limit
     )
     return json_response({"items": items, "next_cursor": f"f{last}" if last else None})
@@ -191,7 +191,7 @@ async def report(request: web.Request) -> web.StreamResponse:
     reason = body["reason"]
     if not isinstance(reason, str) or not 1 <= len(reason.strip()) <= MAX_REASON:
         raise bad_field("reason")
-    app = request.config_dict
+    app = request.app
     threshold = app[SETTINGS].workbench.hide_after_reports
     try:
         await app[WORKS].report(_me(request), _wid(request), threshold)

@@ -28,7 +28,7 @@ async def list_presets(request: web.Request) -> web.StreamResponse:
             "prompt_suffix": preset.prompt_suffix,
             "negative_prompt": preset.negative_prompt,
         }
-        for preset in request.config_dict[CONTENT].presets
+        for preset in request.app[CONTENT].presets
     ]
     return json_response({"presets": presets})
 

@@ -42,7 +42,7 @@ def again(fields: dict[str, str], model_fields: tuple[str, ...]) -> dict[str, An
 
 async def retry(request: web.Request) -> web.StreamResponse:
     """Submit a failed or canceled generation again: a new one, charged anew."""
-    app = request.config_dict
+    app = request.app
     gid = generation_id(request)
     fields = await app[GENERATIONS].get(request[SESSION].account_id, gid)
     if fields is None:
@@ -58,7 +58,7 @@ async def retry(request: web.Request) -> web.StreamResponse:
 
 async def cancel_all(request: web.Request) -> web.StreamResponse:
     """Cancel my queued (or queued and running) generations, each refunded once."""
-    app = request.config_dict
+    app = request.app
     body = await read_json(request, required={"status"}, name_field=True)
     which = body["status"]
     if which not in ("queued", "all"):
