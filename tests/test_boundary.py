@@ -118,7 +118,9 @@ def test_a_wrapped_handler_unwraps_to_the_declared_one() -> None:
 def test_the_app_has_no_aiohttp_middleware_signal_or_sub_app(
     make_settings: SettingsFactory,
 ) -> None:
-    """Any of these would put a per-request cost on every public document."""
+    """Any of these would put a per-request cost on every public document, and
+    handlers find the service's state on `request.app`, which is all of it only
+    while there is no sub-application."""
     app = create_app(make_settings())
     app.freeze()
     assert not app.middlewares
