@@ -246,12 +246,13 @@ class _Batcher:
     on its own, atomically; only the script run and the network trip are
     shared: concurrent requests cost one command instead of one each. On a
     cluster a batch holds the calls of one slot, and a turn's batches go out in
-    one pipeline. A caller may name a key to read along (a GET in the same
-    pipeline, once per turn): a value read after the caller arrived, at no extra
-    round trip. A turn has one deadline, counted from when its pipeline goes
-    out: past it, every caller still waiting gets a TimeoutError at once, while
-    the late pipeline finishes on its own. A reply that came in while the loop
-    was busy elsewhere is still used (see Deadline).
+    one pipeline. A caller may name a key to read along (read once per turn, in
+    the same script run on a single server, by a GET beside it on a cluster): a
+    value read after the caller arrived, at no extra round trip. A turn has one
+    deadline, counted from when its command goes out: past it, every caller
+    still waiting gets a TimeoutError at once, while the late command finishes
+    on its own. A reply that came in while the loop was busy elsewhere is still
+    used (see Deadline).
     """
 
     def __init__(self, redis: Redis, script: str, budget: float) -> None:
