@@ -119,16 +119,26 @@ class SessionStore:
             raise
         return token, Session(key=key, account_id=account_id, created=now, seen=now)
 
+    def cached(self, token: str) -> Session | None:
+        """Return the token's session from this process's cache, if it holds it
+        and it has not reached its absolute expiry: no Redis, no deadline."""
+        if not _TOKEN.fullmatch(token):
+            return None
+        key = session_key(token)
+        if (cached := self.cache.get(key)) is not None:
+            if int(time.time()) - cached.created < ABSOLUTE_SECONDS:
+                return cached
+            self.cache.drop(key)
+        return None
+
     async def load(self, token: str) -> Session | None:
         """Return the live session of a token, refreshing its idle expiry hourly."""
+        if (cached := self.cached(token)) is not None:
+            return cached
         if not _TOKEN.fullmatch(token):
             return None
         key = session_key(token)
         now = int(time.time())
-        if (cached := self.cache.get(key)) is not None:
-            if now - cached.created < ABSOLUTE_SECONDS:
-                return cached
-            self.cache.drop(key)
         epoch = self.cache.epoch
         fields = await self._redis.hgetall(key)
         if not {b"account", b"created", b"seen"} <= set(fields):
@@ -212,12 +222,10 @@ def setup_sessions(api: ApiBoundary, *, secure: bool) -> None:
             """Load the session, or refuse; the Authorization header is never read."""
             token = read_cookie(request.headers, COOKIE)
             store = request.app[SESSIONS]
-            # A stalled Redis answers 503 in a quarter second, not in seconds.
-            session = (
-                await within(SESSION_BUDGET_SECONDS, store.load(token))
-                if token
-                else None
-            )
+            session = store.cached(token) if token else None
+            if session is None and token:
+                # A stalled Redis answers 503 in a quarter second, not in seconds.
+                session = await within(SESSION_BUDGET_SECONDS, store.load(token))
             if session is None:
                 headers = {}
                 if token is not None:
