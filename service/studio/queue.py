@@ -21,9 +21,10 @@ to the shard in its slot. Workers read every shard. Ids that predate this
 any pairing is atomic. The price: account data lives in SHARDS slots, so a
 cluster spreads it over at most SHARDS masters.
 
-Reads: a worker asks every shard's line for its oldest jobs (one pipeline) and
-takes them with one XREADGROUP over the shards that have them (a cluster: one
-pipeline, each node's part sent at once). Idle, it blocks on every shard with
+Reads: a worker takes the jobs that waited longest over every shard's line,
+each shard giving its share; on a single Redis one script plans and reads (one
+round trip), a cluster reads the lines in one pipeline and the shards in
+another, each node's part sent at once. Idle, it blocks on every shard with
 XREAD until the next submit (a cluster: it waits for READY_CHANNEL). Its
 running jobs' leases are renewed in one pipeline.
 """
@@ -32,7 +33,6 @@ from __future__ import annotations
 
 import itertools
 import secrets
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -193,17 +193,29 @@ class JobQueue:
     async def read(self, consumer: str, count: int) -> Batch:
         """Take up to `count` new jobs, oldest first, without waiting.
 
-        The shards' lines say which jobs waited longest; on a single Redis one
-        XREADGROUP takes them from every shard at once (another only for a
-        shard that gives more than the rest), and a cluster (which cannot read
-        streams of several slots in one command) reads them in one pipeline,
-        sent to each node at once. If the plan's jobs were all taken by other
-        workers first, `count` shards in turn are read for one job each. A
-        read never delivers more than `count`: a job delivered is this
-        worker's until its lease lapses.
+        The shards' lines say which jobs waited longest, and each shard gives
+        its share of them: on a single Redis one script plans and reads in one
+        round trip; a cluster (whose shards' keys sit in different slots)
+        reads the lines in one pipeline, then the shards in another, sent to
+        each node at once. If the plan's jobs were all taken by other workers
+        first, `count` shards in turn are read for one job each. A read never
+        delivers more than `count`: a job delivered is this worker's until its
+        lease lapses.
         """
-        planned = await self._oldest(count)
-        found = await self._planned(consumer, planned, count)
+        if self._cluster:
+            planned = await self._oldest(count)
+            found = await self._each(consumer, planned)
+            waiting = bool(planned)
+        else:
+            reply = await self._script(
+                keys=[prefix(shard) for shard in range(SHARDS)],
+                args=["read", consumer, count],
+            )
+            found = [
+                (_ref(int(reply[i]), text(reply[i + 1])), text(reply[i + 2]))
+                for i in range(1, len(reply), 3)
+            ]
+            waiting = int(reply[0]) > 0
         if found:
             return Batch(found, waiting=True)
         start, self._next = self._next, (self._next + count) % SHARDS
@@ -215,7 +227,7 @@ class JobQueue:
                 GROUP, consumer, {stream(shard): ">" for shard in turn}, count=1
             )
             found = _deliveries(reply)
-        return Batch(found, waiting=bool(planned or found))
+        return Batch(found, waiting=bool(waiting or found))
 
     async def wait(self, block_ms: int) -> None:
         """On a single Redis, wait up to `block_ms` for the next job to be queued.
@@ -229,30 +241,6 @@ class JobQueue:
         await self._redis.xread(
             {stream(shard): "$" for shard in range(SHARDS)}, count=1, block=block_ms
         )
-
-    async def _planned(
-        self, consumer: str, planned: dict[int, int], count: int
-    ) -> list[tuple[str, str]]:
-        """Read the shards the plan names, as many from each as it says."""
-        if self._cluster:
-            return await self._each(consumer, planned)
-        found: list[tuple[str, str]] = []
-        while planned and len(found) < count:
-            # COUNT is per stream: the least the plan wants of any shard, so no
-            # shard gives more than planned; the shards that want more go again.
-            step = min(planned.values())
-            reply = await self._redis.xreadgroup(
-                GROUP, consumer, {stream(shard): ">" for shard in planned}, count=step
-            )
-            got = _deliveries(reply)
-            found += got
-            given = Counter(_split(ref)[0] for ref, _ in got)
-            planned = {
-                shard: most - step
-                for shard, most in planned.items()
-                if most > step and given[shard] == step
-            }
-        return found
 
     async def _each(
         self, consumer: str, wanted: dict[int, int]
