@@ -121,9 +121,10 @@ class SessionStore:
 
     def cached(self, token: str) -> Session | None:
         """Return the token's session from this process's cache, if it holds it
-        and it has not reached its absolute expiry: no Redis, no deadline."""
-        if not _TOKEN.fullmatch(token):
-            return None
+        and it has not reached its absolute expiry: no Redis, no deadline.
+
+        Only sessions read from Redis are cached, so a malformed token misses.
+        """
         key = session_key(token)
         if (cached := self.cache.get(key)) is not None:
             if int(time.time()) - cached.created < ABSOLUTE_SECONDS:
@@ -135,6 +136,10 @@ class SessionStore:
         """Return the live session of a token, refreshing its idle expiry hourly."""
         if (cached := self.cached(token)) is not None:
             return cached
+        return await self.fetch(token)
+
+    async def fetch(self, token: str) -> Session | None:
+        """Read a session from Redis (the cache missed), then cache it."""
         if not _TOKEN.fullmatch(token):
             return None
         key = session_key(token)
@@ -225,7 +230,7 @@ def setup_sessions(api: ApiBoundary, *, secure: bool) -> None:
             session = store.cached(token) if token else None
             if session is None and token:
                 # A stalled Redis answers 503 in a quarter second, not in seconds.
-                session = await within(SESSION_BUDGET_SECONDS, store.load(token))
+                session = await within(SESSION_BUDGET_SECONDS, store.fetch(token))
             if session is None:
                 headers = {}
                 if token is not None:
