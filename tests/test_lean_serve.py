@@ -35,6 +35,9 @@ NOT_IN_SERVE: Final = {
     "segno": "payment QR codes, drawn on the first QR request",
     "c2pa": "AIGC content credentials, written by workers",
     "fontTools": "AIGC visible labels, drawn by workers",
+    "bs4": "HTML to Markdown, converted by a child process at render time",
+    "markdownify": "HTML to Markdown, converted by a child process at render time",
+    "lxml": "bs4's optional parser, loaded by bs4 where it is installed",
 }
 # The shared objects those packages bring, as /proc/PID/maps shows them.
 NATIVE: Final = {
@@ -43,6 +46,7 @@ NATIVE: Final = {
     "obstore": re.compile(r"/obstore/"),
     "cryptography.hazmat": re.compile(r"/cryptography/hazmat/bindings/"),
     "c2pa": re.compile(r"/c2pa/|libc2pa"),
+    "lxml": re.compile(r"/lxml/"),
 }
 _IMPORT_LINE: Final = re.compile(
     r"^import time:\s+\d+ \|\s+\d+ \| *(\S+)$", re.MULTILINE

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from ..settings import PLACEHOLDER_PRODUCER, LabelsSettings, SettingsError, variable
-from .implicit import LabelError
 
 
 def require_signing_key(labels: LabelsSettings) -> None:
     """Stop at start-up on a C2PA chain and key that cannot sign together."""
     if labels.c2pa_cert is None or labels.c2pa_key is None:
         return
-    # Only a configured chain loads c2pa and cryptography: serve stays lean.
+    # Only a configured chain loads c2pa, cryptography and the label writers.
     from .credentials import signing_key
+    from .implicit import LabelError
 
     try:
         signing_key(labels.c2pa_cert, labels.c2pa_key)

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import re
-from collections.abc import Awaitable, Callable, Mapping
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
-from urllib.parse import urljoin
 
 import jinja2
 from aiohttp import hdrs, web
-from bs4 import BeautifulSoup, Tag
-from markdownify import MarkdownConverter
 
 from ..content import Content, DocumentMeta
 from .headers import SecurityHeaders
@@ -29,7 +28,12 @@ MARKDOWN_TYPE: Final = "text/markdown; charset=utf-8"
 _CJK: Final = re.compile(
     r"[\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]"
 )
-_BLANK_LINES: Final = re.compile(r"\n{3,}")
+# The directory `service` sits in: where the converter child finds this package.
+_PACKAGE_ROOT: Final = Path(__file__).resolve().parents[2]
+_CHILD_SECONDS: Final = 120.0
+# (html, url) -> Markdown, oldest first; two editions of every document fit.
+_CONVERTED: dict[tuple[str, str], str] = {}
+_CACHE_SIZE: Final = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,55 +45,41 @@ class Document:
     markdown: Representation
 
 
-class _Converter(MarkdownConverter):
-    """markdownify, with `|` escaped inside table cells so GFM tables stay intact."""
-
-    def convert_td(self, el: Tag, text: str, parent_tags: set[str]) -> str:
-        return str(super().convert_td(el, text.replace("|", r"\|"), parent_tags))  # type: ignore[misc]
-
-    def convert_th(self, el: Tag, text: str, parent_tags: set[str]) -> str:
-        return str(super().convert_th(el, text.replace("|", r"\|"), parent_tags))  # type: ignore[misc]
-
-
-_CONVERTER: Final = _Converter(heading_style="atx", bullets="-", escape_misc=False)
-
-
 def estimate_tokens(text: str) -> int:
     """Estimate tokens: one per CJK character, one per four other characters."""
     cjk = len(_CJK.findall(text))
     return cjk + math.ceil((len(text) - cjk) / 4)
 
 
-# A page rendered again unchanged (another app in the process) is parsed once.
-@functools.lru_cache(maxsize=64)
-def html_to_markdown(html: str, page_url: str) -> str:
-    """Turn a rendered page into front matter plus the Markdown of its <main>."""
-    soup = BeautifulSoup(html, "html.parser")
-    main = soup.find("main")
-    title = soup.find("title")
-    description = soup.find("meta", attrs={"name": "description"})
-    if not (isinstance(main, Tag) and isinstance(title, Tag) and soup.html):
-        raise ValueError(f"{page_url}: a document needs <title> and <main>")
-    for attribute, tags in (("href", ("a", "link")), ("src", ("img", "video"))):
-        for node in main.find_all(tags):
-            if isinstance(node, Tag) and (target := node.get(attribute)):
-                node[attribute] = urljoin(page_url, str(target))
-    front = {
-        "title": title.get_text(strip=True),
-        "description": (
-            str(description.get("content", "")) if isinstance(description, Tag) else ""
-        ),
-        "lang": str(soup.html.get("lang", "")),
-    }
-    lines = ["---"]
-    lines += [
-        f"{key}: {json.dumps(value, ensure_ascii=False)}"
-        for key, value in front.items()
-    ]
-    body = _BLANK_LINES.sub("\n\n", _CONVERTER.convert_soup(main)).strip()
-    if not body.startswith("# ") or "\n# " in body:
-        raise ValueError(f"{page_url}: <main> must hold exactly one <h1>, first")
-    return "\n".join(lines) + "\n---\n\n" + body + "\n"
+def markdown_of(pages: Sequence[tuple[str, str]]) -> list[str]:
+    """Return the Markdown of each (html, url), converted in one child process.
+
+    A page rendered again unchanged (another edition, another app in the
+    process) is converted once. A page that breaks a document's rules raises
+    ValueError with the child's one line.
+    """
+    missing = list(dict.fromkeys(page for page in pages if page not in _CONVERTED))
+    if missing:
+        child = subprocess.run(
+            [sys.executable, "-m", "service.web.html_markdown"],
+            input=json.dumps(missing).encode(),
+            capture_output=True,
+            cwd=_PACKAGE_ROOT,
+            timeout=_CHILD_SECONDS,
+            check=False,
+        )
+        if child.returncode != 0:
+            raise RuntimeError(
+                f"the Markdown converter exited {child.returncode}: "
+                + child.stderr.decode(errors="replace")[-2000:]
+            )
+        answer = json.loads(child.stdout)
+        if "broken" in answer:
+            raise ValueError(answer["broken"])
+        _CONVERTED.update(zip(missing, answer["markdown"], strict=True))
+        while len(_CONVERTED) > _CACHE_SIZE:
+            del _CONVERTED[next(iter(_CONVERTED))]
+    return [_CONVERTED[page] for page in pages]
 
 
 def _links(url: str, markdown: bool, home: bool, base_url: str) -> str:
@@ -106,12 +96,15 @@ def _links(url: str, markdown: bool, home: bool, base_url: str) -> str:
 
 
 def build_document(
-    meta: DocumentMeta, html: str, base_url: str, security: SecurityHeaders
+    meta: DocumentMeta,
+    html: str,
+    markdown: str,
+    base_url: str,
+    security: SecurityHeaders,
 ) -> Document:
     """Prepare both representations of a rendered page, with their headers."""
     url = base_url + meta.path
     home = meta.name.startswith("home")
-    markdown = html_to_markdown(html, url)
     common = {
         hdrs.VARY: "Accept",
         hdrs.CACHE_CONTROL: "no-cache",
@@ -148,14 +141,20 @@ def render_documents(
     security: SecurityHeaders,
 ) -> dict[str, Document]:
     """Render every document of content/site.toml through its template."""
-    documents = {}
+    pages = {}
     for name, meta in content.documents.items():
         template = env.get_template(
             "home.html" if name.startswith("home") else f"{name}.html"
         )
         html = template.render(**context, doc=meta, zh=meta.lang.startswith("zh"))
-        documents[name] = build_document(meta, html, base_url, security)
-    return documents
+        pages[name] = (html, base_url + meta.path)
+    markdowns = markdown_of(list(pages.values()))
+    return {
+        name: build_document(meta, pages[name][0], markdown, base_url, security)
+        for (name, meta), markdown in zip(
+            content.documents.items(), markdowns, strict=True
+        )
+    }
 
 
 def document_handler(

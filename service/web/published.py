@@ -70,13 +70,18 @@ class Published:
 
         return handler
 
-    def refresh(self) -> bool:
-        """Render a new edition if the models on offer changed; tell whether it did."""
+    async def refresh(self) -> bool:
+        """Render a new edition if the models on offer changed; tell whether it did.
+
+        The rendering runs on a thread (it waits for the Markdown converter's
+        child process), so requests go on being served from the old edition.
+        """
         offered = self._content.offered(self.today())
         if offered == self.edition.offered:
             return False
+        handlers = await asyncio.to_thread(self._render, offered)
         gone = sorted(m.id for m in self.edition.offered if m not in offered)
-        self.edition = Edition(offered, self._render(offered))
+        self.edition = Edition(offered, handlers)
         _LOGGER.info("public documents rendered again, without %s", gone)
         return True
 
@@ -90,7 +95,7 @@ class Published:
     async def follow(self) -> None:
         """Sleep until each retirement midnight and render the documents again."""
         while True:
-            self.refresh()
+            await self.refresh()
             wait = self.seconds_to_next_change()
             if wait is None:
                 return
