@@ -82,3 +82,15 @@ def test_a_converter_that_fails_is_an_error_that_says_so(
     monkeypatch.setattr(sys, "executable", "/bin/false")
     with pytest.raises(RuntimeError, match="the Markdown converter exited 1"):
         markdown_of([(_page(f"<h1>{uuid.uuid4().hex}</h1>"), "u")])
+
+
+def test_a_known_page_is_answered_even_when_its_batch_pushes_it_out() -> None:
+    """A batch larger than the cache still answers its pages converted before."""
+    known = (_page(f"<h1>{uuid.uuid4().hex}</h1>"), "https://example.cn/k")
+    [first] = markdown_of([known])
+    batch = [(_page(f"<h1>{uuid.uuid4().hex}</h1>"), f"u{n}") for n in range(70)]
+    answered = markdown_of([known, *batch])
+    assert answered[0] == first
+    assert [m.split("\n# ", 1)[1][:32] for m in answered[1:]] == [
+        html.split("<h1>", 1)[1][:32] for html, _ in batch
+    ]

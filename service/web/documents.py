@@ -58,7 +58,8 @@ def markdown_of(pages: Sequence[tuple[str, str]]) -> list[str]:
     process) is converted once. A page that breaks a document's rules raises
     ValueError with the child's one line.
     """
-    missing = list(dict.fromkeys(page for page in pages if page not in _CONVERTED))
+    known = {page: _CONVERTED[page] for page in pages if page in _CONVERTED}
+    missing = [page for page in dict.fromkeys(pages) if page not in known]
     if missing:
         child = subprocess.run(
             [sys.executable, "-m", "service.web.html_markdown"],
@@ -76,10 +77,11 @@ def markdown_of(pages: Sequence[tuple[str, str]]) -> list[str]:
         answer = json.loads(child.stdout)
         if "broken" in answer:
             raise ValueError(answer["broken"])
-        _CONVERTED.update(zip(missing, answer["markdown"], strict=True))
+        known |= zip(missing, answer["markdown"], strict=True)
+        _CONVERTED.update(known)
         while len(_CONVERTED) > _CACHE_SIZE:
             del _CONVERTED[next(iter(_CONVERTED))]
-    return [_CONVERTED[page] for page in pages]
+    return [known[page] for page in pages]
 
 
 def _links(url: str, markdown: bool, home: bool, base_url: str) -> str:
