@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -31,8 +32,8 @@ _CJK: Final = re.compile(
 # The directory `service` sits in: where the converter child finds this package.
 _PACKAGE_ROOT: Final = Path(__file__).resolve().parents[2]
 _CHILD_SECONDS: Final = 120.0
-# (html, url) -> Markdown, oldest first; two editions of every document fit.
-_CONVERTED: dict[tuple[str, str], str] = {}
+# Digest of (html, url) -> Markdown, oldest first; two editions of every document fit.
+_CONVERTED: dict[bytes, str] = {}
 _CACHE_SIZE: Final = 64
 
 
@@ -58,12 +59,13 @@ def markdown_of(pages: Sequence[tuple[str, str]]) -> list[str]:
     process) is converted once. A page that breaks a document's rules raises
     ValueError with the child's one line.
     """
-    known = {page: _CONVERTED[page] for page in pages if page in _CONVERTED}
-    missing = [page for page in dict.fromkeys(pages) if page not in known]
+    digests = [_digest(page) for page in pages]
+    known = {d: _CONVERTED[d] for d in digests if d in _CONVERTED}
+    missing = {d: p for d, p in zip(digests, pages, strict=True) if d not in known}
     if missing:
         child = subprocess.run(
             [sys.executable, "-m", "service.web.html_markdown"],
-            input=json.dumps(missing).encode(),
+            input=json.dumps(list(missing.values())).encode(),
             capture_output=True,
             cwd=_PACKAGE_ROOT,
             timeout=_CHILD_SECONDS,
@@ -81,7 +83,13 @@ def markdown_of(pages: Sequence[tuple[str, str]]) -> list[str]:
         _CONVERTED.update(known)
         while len(_CONVERTED) > _CACHE_SIZE:
             del _CONVERTED[next(iter(_CONVERTED))]
-    return [known[page] for page in pages]
+    return [known[d] for d in digests]
+
+
+def _digest(page: tuple[str, str]) -> bytes:
+    """Key a page by its bytes' digest: the cache need not hold the HTML itself."""
+    html, url = page
+    return hashlib.sha256(f"{url}\n{html}".encode()).digest()
 
 
 def _links(url: str, markdown: bool, home: bool, base_url: str) -> str:
