@@ -315,11 +315,15 @@ async def test_a_job_waits_for_a_slot_until_its_deadline_then_is_refunded(
     signed_in: MakeClient, redis: Redis, studio_env: Env
 ) -> None:
     """Nobody gives the slot back: the job calls nothing, fails TIMED_OUT, refunded."""
-    client = await signed_in(STUDIO_JOBS_IMAGE_DEADLINE="2")
+    client = await signed_in(STUDIO_JOBS_IMAGE_DEADLINE="3")
     squatter = UpstreamSlots(redis, UPSTREAM, 1, lease=60.0)
     assert await squatter.take("another-worker")
-    gid = await _submit(client)
+    # The deadline runs from the submit: the worker starts first, and the check
+    # at one second has two seconds to spare on a busy machine (the soak once
+    # found the job already failed there, with a 2 s deadline and the worker
+    # started after the submit).
     async with running_workers(redis, studio_env, 1) as counting:
+        gid = await _submit(client)
         await asyncio.sleep(1.0)
         body = await (await client.get(f"/api/generations/{gid}")).json()
         assert body["status"] == "running"  # waiting, not failed
