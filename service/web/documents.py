@@ -151,19 +151,17 @@ def render_documents(
     security: SecurityHeaders,
 ) -> dict[str, Document]:
     """Render every document of content/site.toml through its template."""
-    pages = {}
+    rendered = []
     for name, meta in content.documents.items():
         template = env.get_template(
             "home.html" if name.startswith("home") else f"{name}.html"
         )
         html = template.render(**context, doc=meta, zh=meta.lang.startswith("zh"))
-        pages[name] = (html, base_url + meta.path)
-    markdowns = markdown_of(list(pages.values()))
+        rendered.append((name, meta, html))
+    markdowns = markdown_of([(html, base_url + m.path) for _, m, html in rendered])
     return {
-        name: build_document(meta, pages[name][0], markdown, base_url, security)
-        for (name, meta), markdown in zip(
-            content.documents.items(), markdowns, strict=True
-        )
+        name: build_document(meta, html, markdown, base_url, security)
+        for (name, meta, html), markdown in zip(rendered, markdowns, strict=True)
     }
 
 
