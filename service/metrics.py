@@ -1,88 +1,176 @@
-"""Prometheus metrics on a listener of their own, never on the public port."""
+"""Prometheus metrics on a listener of their own, never on the public port.
+
+With no listener (metrics.port = 0, the default) nothing could read a count,
+so nothing is counted: the counters are inert and prometheus_client is never
+imported (0.8 MB of every process).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Final
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    Histogram,
-    generate_latest,
-)
 
 from .api.boundary import API, ApiBoundary, route_name
 from .keys import SETTINGS
+from .settings import Settings
 
 _LOGGER: Final = logging.getLogger(__name__)
 QUEUE_DEPTH_SECONDS: Final = 5.0
+_OUTCOMES: Final = ("allowed", "denied", "fallback")
 
 
+class Counted(Protocol):
+    """One series of a counter."""
+
+    def inc(self, amount: float = 1) -> None: ...
+
+
+class Counters(Protocol):
+    """A counter: a series per combination of its labels."""
+
+    def labels(self, *values: str) -> Counted: ...
+
+
+class Observed(Protocol):
+    """One series of a histogram."""
+
+    def observe(self, amount: float) -> None: ...
+
+
+class Histograms(Protocol):
+    """A histogram: a series per combination of its labels."""
+
+    def labels(self, *values: str) -> Observed: ...
+
+
+class Level(Protocol):
+    """A gauge without labels."""
+
+    def set(self, value: float) -> None: ...
+
+
+class _Inert:
+    """Every kind of series at once, counting nothing: metrics are off."""
+
+    def labels(self, *values: str) -> _Inert:
+        return self
+
+    def inc(self, amount: float = 1) -> None:
+        pass
+
+    def observe(self, amount: float) -> None:
+        pass
+
+    def set(self, value: float) -> None:
+        pass
+
+
+@dataclass(frozen=True, slots=True)
 class Metrics:
-    """The service's counters, in a registry of its own (no process-global state)."""
+    """The service's counters, counting (Prometheus) or inert."""
 
-    def __init__(self) -> None:
-        self.registry = registry = CollectorRegistry()
-        self.requests = Counter(
-            "studio_http_requests",
-            "HTTP requests answered, by route name and status",
-            ["route", "status"],
-            registry=registry,
+    requests: Counters
+    decisions: Mapping[str, Counted]  # the limiter's three, looked up once
+    queue_depth: Level
+    job_seconds: Histograms
+    upstream_errors: Counters
+    credits: Counters
+    notices: Counters
+    counting: bool
+    exposition: Callable[[], bytes]  # the Prometheus text format
+    exposition_type: str  # its Content-Type
+
+    @classmethod
+    def inert(cls) -> Metrics:
+        """Counters that count nothing, for a process with no listener."""
+        nothing = _Inert()
+        return cls(
+            requests=nothing,
+            decisions=dict.fromkeys(_OUTCOMES, nothing),
+            queue_depth=nothing,
+            job_seconds=nothing,
+            upstream_errors=nothing,
+            credits=nothing,
+            notices=nothing,
+            counting=False,
+            exposition=lambda: b"",
+            exposition_type="text/plain; charset=utf-8",
         )
-        self.limiter = Counter(
+
+    @classmethod
+    def prometheus(cls) -> Metrics:
+        """Counters in a Prometheus registry of their own (no process-global state)."""
+        from prometheus_client import (  # here: only a process with a listener
+            CONTENT_TYPE_LATEST,
+            CollectorRegistry,
+            Counter,
+            Gauge,
+            Histogram,
+            generate_latest,
+        )
+
+        registry = CollectorRegistry()
+        limiter = Counter(
             "studio_limiter_decisions",
             "Rate-limit decisions: allowed, denied, or fallback (Redis unavailable)",
             ["outcome"],
             registry=registry,
         )
-        # Its three series, looked up once: a decision is counted on every request.
-        self.decisions = {
-            outcome: self.limiter.labels(outcome)
-            for outcome in ("allowed", "denied", "fallback")
-        }
-        self.queue_depth = Gauge(
-            "studio_queue_depth",
-            "Generation jobs queued or running",
-            registry=registry,
-        )
-        self.job_seconds = Histogram(
-            "studio_job_seconds",
-            "Time a worker spent on a job, by model and outcome",
-            ["model", "outcome"],
-            buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1200),
-            registry=registry,
-        )
-        self.upstream_errors = Counter(
-            "studio_upstream_errors",
-            "Upstream failures, by public error code and whether they were retried",
-            ["code", "transient"],
-            registry=registry,
-        )
-        self.credits = Counter(
-            "studio_credits",
-            "Credits debited at submit and refunded on failure or cancel",
-            ["movement"],
-            registry=registry,
-        )
-        self.notices = Counter(
-            "studio_payment_notices",
-            "Payment notices from the providers by outcome, and orders a provider"
-            " could not create (outcome create_failed)",
-            ["provider", "outcome"],
-            registry=registry,
+        return cls(
+            requests=Counter(
+                "studio_http_requests",
+                "HTTP requests answered, by route name and status",
+                ["route", "status"],
+                registry=registry,
+            ),
+            decisions={outcome: limiter.labels(outcome) for outcome in _OUTCOMES},
+            queue_depth=Gauge(
+                "studio_queue_depth",
+                "Generation jobs queued or running",
+                registry=registry,
+            ),
+            job_seconds=Histogram(
+                "studio_job_seconds",
+                "Time a worker spent on a job, by model and outcome",
+                ["model", "outcome"],
+                buckets=(0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1200),
+                registry=registry,
+            ),
+            upstream_errors=Counter(
+                "studio_upstream_errors",
+                "Upstream failures, by public error code and whether they were retried",
+                ["code", "transient"],
+                registry=registry,
+            ),
+            credits=Counter(
+                "studio_credits",
+                "Credits debited at submit and refunded on failure or cancel",
+                ["movement"],
+                registry=registry,
+            ),
+            notices=Counter(
+                "studio_payment_notices",
+                "Payment notices from the providers by outcome, and orders a provider"
+                " could not create (outcome create_failed)",
+                ["provider", "outcome"],
+                registry=registry,
+            ),
+            counting=True,
+            exposition=lambda: generate_latest(registry),
+            exposition_type=CONTENT_TYPE_LATEST,
         )
 
-    def exposition(self) -> bytes:
-        """Render the registry in the Prometheus text format."""
-        return generate_latest(self.registry)
+
+def metrics_for(settings: Settings) -> Metrics:
+    """Count when a listener will expose the counts (metrics.port), else not."""
+    return Metrics.prometheus() if settings.metrics_port else Metrics.inert()
 
 
 METRICS: Final = web.AppKey("metrics", Metrics)
@@ -96,7 +184,10 @@ async def serve_metrics(metrics: Metrics, host: str, port: int) -> AsyncIterator
     async def scrape(request: web.Request) -> web.Response:
         return web.Response(
             body=metrics.exposition(),
-            headers={"Content-Type": CONTENT_TYPE_LATEST, "Cache-Control": "no-store"},
+            headers={
+                "Content-Type": metrics.exposition_type,
+                "Cache-Control": "no-store",
+            },
         )
 
     app = web.Application()
@@ -163,7 +254,8 @@ def setup(app: web.Application) -> None:
 
     Set up after the studio: the queue depth it watches is the studio's.
     """
-    metrics = app[METRICS] = Metrics()
+    metrics = app[METRICS] = metrics_for(app[SETTINGS])
     with app[API].placed("metrics"):
-        setup_request_metrics(app[API], metrics)
+        if metrics.counting:
+            setup_request_metrics(app[API], metrics)
     app.cleanup_ctx.append(metrics_ctx)

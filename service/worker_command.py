@@ -17,7 +17,7 @@ from .account.exports import ExportJobs
 from .account.purger import Purger
 from .content import Content, content_for
 from .labels.notices import notices, require_signing_key
-from .metrics import serve_metrics
+from .metrics import metrics_for, serve_metrics
 from .payments.context import opened as payments_opened
 from .payments.reconciler import Reconciler
 from .settings import Settings, SettingsError, refuse_fake_payments
@@ -46,6 +46,7 @@ async def _work(settings: Settings, content: Content) -> None:
         settings=workbench,
         media=media,
         upstream_for=upstreams,
+        metrics=metrics_for(settings),
         wait_replicas=settings.redis_wait_replicas,
         base_url=settings.base_url,
     )

@@ -38,6 +38,7 @@ NOT_IN_SERVE: Final = {
     "bs4": "HTML to Markdown, converted by a child process at render time",
     "markdownify": "HTML to Markdown, converted by a child process at render time",
     "lxml": "bs4's optional parser, loaded by bs4 where it is installed",
+    "prometheus_client": "metrics, counted only with a listener (metrics.port)",
 }
 # The shared objects those packages bring, as /proc/PID/maps shows them.
 NATIVE: Final = {

@@ -28,6 +28,7 @@ from .chaos import HangingProxy
 from .conftest import SettingsFactory
 from .logs import crashes
 from .payments import fake_keys, other_keys
+from .ports import free_port
 from .shop import Shop, buy, checkout_page, credits, get_order, open_shop, pay
 from .workbench import sign_in
 
@@ -307,41 +308,51 @@ async def test_an_expired_order_paid_late_is_still_credited(
 
 
 async def test_webhooks_sit_outside_the_api_and_refuse_big_bodies(
-    shop: Shop,
+    aiohttp_server: AiohttpServer,
+    aiohttp_client: AiohttpClient,
+    make_settings: SettingsFactory,
+    redis: Redis,
 ) -> None:
-    """No session or cross-origin check; over 64 KiB: 413; not in /openapi.json."""
-    shop.client.session.cookie_jar.clear()
-    response = await shop.client.post(
-        "/webhooks/alipay",
-        data=b"a=1",
-        headers={
-            "Content-Type": "application/x-www-form-urlencoded",
-            "Sec-Fetch-Site": "cross-site",
-        },
-    )
-    assert (response.status, await response.json()) == (
-        400,
-        {"error": "BAD_SIGNATURE"},
-    )
-    assert response.headers["X-Content-Type-Options"] == "nosniff"
-    big = await shop.client.post(
-        "/webhooks/wechatpay",
-        data=b"{" + b" " * (64 * 1024) + b"}",
-        headers={"Content-Type": "application/json"},
-    )
-    assert (big.status, await big.json()) == (413, {"error": "PAYLOAD_TOO_LARGE"})
-    # Just under the limit is read (and then refused for its signature).
-    near = await shop.client.post(
-        "/webhooks/wechatpay",
-        data=b"{" + b" " * (60 * 1024) + b"}",
-        headers={"Content-Type": "application/json"},
-    )
-    assert near.status == 400
-    spec = await (await shop.client.get("/openapi.json")).json()
-    assert not [path for path in spec["paths"] if "webhook" in path]
-    assert (await shop.client.get("/webhooks/alipay")).status == 405
-    exposition = shop.client.app[METRICS].exposition().decode()
-    assert 'studio_payment_notices_total{outcome="payload_too_large"' in exposition
+    """No session or cross-origin check; over 64 KiB: 413; not in /openapi.json;
+    each refusal counted (metrics on)."""
+    async with open_shop(
+        aiohttp_server,
+        aiohttp_client,
+        make_settings,
+        redis,
+        STUDIO_METRICS_PORT=str(free_port()),
+    ) as shop:
+        response = await shop.client.post(
+            "/webhooks/alipay",
+            data=b"a=1",
+            headers={
+                "Content-Type": "application/x-www-form-urlencoded",
+                "Sec-Fetch-Site": "cross-site",
+            },
+        )
+        assert (response.status, await response.json()) == (
+            400,
+            {"error": "BAD_SIGNATURE"},
+        )
+        assert response.headers["X-Content-Type-Options"] == "nosniff"
+        big = await shop.client.post(
+            "/webhooks/wechatpay",
+            data=b"{" + b" " * (64 * 1024) + b"}",
+            headers={"Content-Type": "application/json"},
+        )
+        assert (big.status, await big.json()) == (413, {"error": "PAYLOAD_TOO_LARGE"})
+        # Just under the limit is read (and then refused for its signature).
+        near = await shop.client.post(
+            "/webhooks/wechatpay",
+            data=b"{" + b" " * (60 * 1024) + b"}",
+            headers={"Content-Type": "application/json"},
+        )
+        assert near.status == 400
+        spec = await (await shop.client.get("/openapi.json")).json()
+        assert not [path for path in spec["paths"] if "webhook" in path]
+        assert (await shop.client.get("/webhooks/alipay")).status == 405
+        exposition = shop.client.app[METRICS].exposition().decode()
+        assert 'studio_payment_notices_total{outcome="payload_too_large"' in exposition
 
 
 async def test_with_redis_down_a_notice_gets_503_and_its_resend_credits(

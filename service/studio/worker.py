@@ -77,7 +77,7 @@ class Worker:
     settings: WorkbenchSettings
     media: MediaStore
     upstream_for: Callable[[Model], Upstream]
-    metrics: Metrics = field(default_factory=Metrics)
+    metrics: Metrics = field(default_factory=Metrics.inert)
     # Replicas that must hold a settlement before it counts (redis_wait_replicas).
     wait_replicas: int = 0
     # The most jobs in flight across all workers, per upstream name (None: each
