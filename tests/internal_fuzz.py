@@ -30,7 +30,8 @@ from service.keys import CLOCK, CONTENT, REDIS, SETTINGS
 from service.metrics import METRICS
 from service.settings import Settings
 from service.store.embedded import MailCatcher
-from service.studio.keys import MEDIA, UPSTREAMS
+from service.studio.keys import MEDIA
+from service.studio.upstreams.registry import Upstreams
 from service.studio.worker import Worker
 from service.web.hardening import handler_options, setup_log_hygiene
 
@@ -250,7 +251,7 @@ async def _start_worker(app: web.Application) -> tuple[asyncio.Event, Any]:
         content=app[CONTENT],
         settings=app[SETTINGS].workbench,
         media=app[MEDIA],
-        upstream_for=app[UPSTREAMS],
+        upstream_for=Upstreams(app[SETTINGS].workbench),  # the demo: none to close
         metrics=app[METRICS],
         wait_replicas=app[SETTINGS].redis_wait_replicas,
         clock=app[CLOCK],

@@ -24,12 +24,13 @@ from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
 
 from service.app import create_app
-from service.keys import SETTINGS
+from service.keys import CONTENT, SETTINGS
 from service.settings import SettingsError, UpstreamSettings
 from service.store.embedded import MailCatcher, RedisServer
-from service.studio.keys import UPSTREAMS
+from service.studio.keys import ROUTING
 from service.studio.upstreams.base import Request
 from service.studio.upstreams.openai import OpenAIUpstream
+from service.studio.upstreams.registry import Upstreams
 
 from .conftest import Client, SettingsFactory
 from .processes import Output, output_of
@@ -489,7 +490,12 @@ async def test_the_key_reaches_no_log_and_no_answer(
     for text in [logs, *answers]:
         assert KEY not in text
         assert KEY[-8:] not in text
-    assert KEY not in repr(client.app[SETTINGS]) + repr(client.app[UPSTREAMS])
+    assert KEY not in repr(client.app[SETTINGS]) + repr(client.app[ROUTING])
+    upstreams = Upstreams(client.app[SETTINGS].workbench)  # as a worker has them
+    adapters = [repr(upstreams(model)) for model in client.app[CONTENT].models]
+    assert "OpenAIUpstream(" in " ".join(adapters)
+    assert KEY not in " ".join(adapters)
+    await upstreams.aclose()
 
 
 def test_an_openai_base_url_with_v1_is_refused_at_start(

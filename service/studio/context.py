@@ -12,23 +12,22 @@ from aiohttp import web
 from ..keys import CLOCK, CONTENT, REDIS, SETTINGS
 from ..metrics import METRICS
 from .events import EventHub
-from .keys import EVENTS, MEDIA, UPSTREAMS
+from .keys import EVENTS, MEDIA, ROUTING
 from .media.chosen import opened_media_store
-from .upstreams.registry import Upstreams
+from .upstreams.registry import Routing, Upstreams
 
 # `make run` runs one worker inside the dev process.
 EMBEDDED_WORKER: Final = web.AppKey("embedded_worker", bool)
 
 
 async def studio_ctx(app: web.Application) -> AsyncIterator[None]:
-    """Open the media store, the upstreams and the event hub; close them at exit."""
+    """Open the media store, the routing and the event hub; close them at exit."""
     settings = app[SETTINGS].workbench
     app[MEDIA] = await opened_media_store(settings)
-    upstreams = app[UPSTREAMS] = Upstreams(settings)
+    app[ROUTING] = Routing(settings)
     hub = app[EVENTS] = EventHub(app[REDIS])
     yield
     await hub.aclose()
-    await upstreams.aclose()
 
 
 async def end_event_streams(app: web.Application) -> None:
@@ -43,12 +42,13 @@ async def embedded_worker_ctx(app: web.Application) -> AsyncIterator[None]:
         return
     from .worker import Worker  # here: `serve` never loads the media encoders
 
+    upstreams = Upstreams(app[SETTINGS].workbench)
     worker = Worker(
         redis=app[REDIS],
         content=app[CONTENT],
         settings=app[SETTINGS].workbench,
         media=app[MEDIA],
-        upstream_for=app[UPSTREAMS],
+        upstream_for=upstreams,
         metrics=app[METRICS],
         wait_replicas=app[SETTINGS].redis_wait_replicas,
         clock=app[CLOCK],
@@ -60,3 +60,4 @@ async def embedded_worker_ctx(app: web.Application) -> AsyncIterator[None]:
     stop.set()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+    await upstreams.aclose()

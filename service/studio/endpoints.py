@@ -51,7 +51,7 @@ from .keys import (
     LEDGER,
     MEDIA,
     POSITIONS,
-    UPSTREAMS,
+    ROUTING,
     WORKS,
 )
 from .ledger import account_key
@@ -90,7 +90,7 @@ def _account(request: web.Request) -> str:
 async def list_models(request: web.Request) -> web.StreamResponse:
     """List the catalog with what each model costs and whether it runs now."""
     app = request.app
-    upstreams = app[UPSTREAMS]
+    routing = app[ROUTING]
     today = app[CLOCK]().date()
     models = []
     for model in app[CONTENT].models:
@@ -108,7 +108,7 @@ async def list_models(request: web.Request) -> web.StreamResponse:
             "max_count": model.max_count,
             "accepts_reference": model.accepts_reference,
             "fields": list(model.fields),
-            "available": upstreams.available(model, today),
+            "available": routing.available(model, today),
             "retires_at": model.retires_at.isoformat() if model.retires_at else None,
         }
         models.append(item)
@@ -176,10 +176,10 @@ async def _fields(
         if not reference.isalnum() or not await app[GENERATIONS].upload_exists(key):
             raise bad_field("reference")
         stored["reference"] = reference
-    if refused := app[UPSTREAMS].refused_field(model, body):
+    if refused := app[ROUTING].refused_field(model, body):
         raise bad_field(refused)  # the model's upstream has no such field
     today = app[CLOCK]().date()
-    if not app[UPSTREAMS].available(model, today):
+    if not app[ROUTING].available(model, today):
         raise ApiError(400, "MODEL_UNAVAILABLE")
     return model, stored
 

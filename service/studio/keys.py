@@ -1,4 +1,4 @@
-"""The workbench's keys: its stores, its media, its upstreams and its events."""
+"""The workbench's keys: its stores, its media, its routing and its events."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from .ledger import Ledger
 from .media.store import MediaStore
 from .positions import Positions
 from .queue import JobQueue
-from .upstreams.registry import Upstreams
+from .upstreams.registry import Routing
 from .works import WorkStore
 
 LEDGER: Final = web.AppKey("ledger", Ledger)
@@ -21,7 +21,8 @@ GENERATIONS: Final = web.AppKey("generations", GenerationStore)
 JOBS: Final = web.AppKey("jobs", JobQueue)
 MEDIA: Final = web.AppKey("media", MediaStore)
 EVENTS: Final = web.AppKey("events", EventHub)
-UPSTREAMS: Final = web.AppKey("upstreams", Upstreams)
+# Which models take jobs; the adapters are the workers' (`Upstreams`).
+ROUTING: Final = web.AppKey("routing", Routing)
 WORKS: Final = web.AppKey("works", WorkStore)
 POSITIONS: Final = web.AppKey("positions", Positions)
 # How an account's event stream shows each kind of event it relays, by name;

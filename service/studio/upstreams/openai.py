@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from ...content import Model
 from ...settings import UpstreamSettings
 from .base import Output, Progress, Request, UpstreamError
 from .fetch import decode_base64, fetch_result
@@ -24,8 +25,11 @@ PATH: Final = "/v1/images/generations"
 BLOCKED_CODES: Final = frozenset({"content_policy_violation", "moderation_blocked"})
 
 
-def refused_field(asked: Mapping[str, Any]) -> str | None:
-    """Name the first field of a submit this API cannot honour (None: all fine)."""
+def refused_field(model: Model, asked: Mapping[str, Any]) -> str | None:
+    """Name the first field of a submit this API cannot honour (None: all fine).
+
+    The same for every model: the Images API takes none of these fields.
+    """
     negative = asked.get("negative_prompt", "")
     if isinstance(negative, str) and negative.strip():
         return "negative_prompt"
@@ -96,3 +100,8 @@ def _items(payload: Any, count: int) -> list[dict[str, Any]]:
     if not all(isinstance(item, dict) for item in items):
         raise failed()
     return items
+
+
+def upstream(config: UpstreamSettings) -> OpenAIUpstream:
+    """Build the adapter of one upstream speaking this protocol."""
+    return OpenAIUpstream(config)
