@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import statistics
 import time
 from typing import Any
 
@@ -13,7 +14,7 @@ from redis.asyncio import Redis
 from service.store.embedded import MailCatcher
 from service.studio.generations import GenerationStore
 from service.studio.ledger import Ledger
-from service.studio.positions import Positions
+from service.studio.positions import Positions, Timings
 from service.studio.queue import SHARDS, new_account_id, shard_of, waiting_key
 
 from .conftest import Client, Env, MakeClient
@@ -177,3 +178,27 @@ async def test_on_one_server_the_submit_counts_the_new_jobs_place_itself(
     assert places == [1, 2, 3]
     views = await Positions(redis).views([submitted.fields])
     assert views[0]["queue_position"] == 3  # what counting afresh finds too
+
+
+async def test_the_estimate_is_the_mean_run_plus_the_median_start_gap_per_job_ahead(
+    redis: Redis,
+) -> None:
+    """Windows with an even number of gaps (the median averages the middle two)."""
+    timings = Timings()
+    starts = [100.0, 101.0, 103.0, 107.0, 108.0]  # gaps 1, 2, 4, 1
+    runs = [4.0, 6.0, 11.5]
+    for moment in starts:
+        timings.started(moment)
+    for seconds in runs:
+        timings.ran("seedream-4", seconds)
+    await timings.flush(redis)
+    fields = {
+        "id": "g1", "model": "seedream-4", "kind": "image", "prompt": "p",
+        "size": "1024x1024", "count": "1", "seed": "1", "status": "queued",
+        "progress": "0", "credits": "6", "created_at": "2026-11-27T00:00:00Z",
+        "queued_us": "1",
+    }  # fmt: skip
+    (shown,) = await Positions(redis).views([fields], known={"g1": 4})
+    gap = statistics.median(b - a for a, b in itertools.pairwise(starts))
+    assert gap == 1.5
+    assert shown["eta_seconds"] == round(3 * gap + statistics.fmean(runs)) == 12
