@@ -39,6 +39,10 @@ NOT_IN_SERVE: Final = {
     "markdownify": "HTML to Markdown, converted by a child process at render time",
     "lxml": "bs4's optional parser, loaded by bs4 where it is installed",
     "prometheus_client": "metrics, counted only with a listener (metrics.port)",
+    "service.studio.upstreams.kling": "vendor adapters: serve routes, workers call",
+    "service.moderation.providers.aliyun": "a cloud moderation API, only if chosen",
+    "service.account.archive": "the export ZIP's writer: workers build exports",
+    "service.account.purger": "the purge of deleted accounts: workers run it",
 }
 # The shared objects those packages bring, as /proc/PID/maps shows them.
 NATIVE: Final = {

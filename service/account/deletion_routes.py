@@ -26,7 +26,6 @@ from ..studio.keys import GENERATIONS, JOBS, MEDIA, WORKS
 from ..studio.ledger import UnknownAccount, iso
 from .deletion import DeletionStore
 from .keys import DELETIONS
-from .purger import Purger
 
 _LOGGER: Final = logging.getLogger(__name__)
 _MAX_CODE_INPUT: Final = 64
@@ -88,6 +87,8 @@ async def deletions_ctx(app: web.Application) -> AsyncIterator[None]:
     if not app.get(EMBEDDED_WORKER, False):
         yield
         return
+    from .purger import Purger  # here: `serve` never purges
+
     stop = asyncio.Event()
     purger = Purger(store, every=settings.account.purge_seconds)
     task = asyncio.create_task(purger.run(stop), name="purger")

@@ -28,7 +28,6 @@ from redis.asyncio import Redis
 from ..store.connect import STORE_ERRORS
 from ..studio.ledger import account_key, events_channel, iso, pairs, text
 from ..studio.media.store import MediaStore, new_export_key
-from .archive import write_archive
 
 _LOGGER: Final = logging.getLogger(__name__)
 _LUA: Final = Path(__file__).parent / "lua"
@@ -260,6 +259,8 @@ class ExportJobs:
 
     async def _write(self, account_id: str, key: str) -> None:
         """Write the ZIP to a scratch file, then stream it into the media store."""
+        from .archive import write_archive  # here: `serve` never builds one
+
         with tempfile.TemporaryDirectory(prefix="studio-export-") as scratch:
             path = Path(scratch) / "export.zip"
             with path.open("w+b") as out:

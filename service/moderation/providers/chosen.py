@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import importlib
 import ipaddress
-from typing import Final
+from collections.abc import Callable
+from typing import Final, cast
 from urllib.parse import urlsplit
 
 from ...settings import ModerationSettings, Settings
-from .aliyun import Aliyun
 from .base import Provider
-from .tencent import Tencent
-from .volcengine import Volcengine
 
-PROVIDERS: Final[dict[str, type[Aliyun] | type[Tencent] | type[Volcengine]]] = {
-    "aliyun": Aliyun,
-    "tencent": Tencent,
-    "volcengine": Volcengine,
+# moderation.provider -> the class in the module of its name; a process imports
+# only the one its settings name.
+PROVIDERS: Final = {
+    "aliyun": "Aliyun",
+    "tencent": "Tencent",
+    "volcengine": "Volcengine",
 }
 
 
@@ -54,5 +55,9 @@ def fetch_warning(settings: Settings) -> str | None:
 
 def provider_for(settings: ModerationSettings) -> Provider | None:
     """Return the configured provider, or None for `none`."""
-    kind = PROVIDERS.get(settings.provider)
-    return None if kind is None else kind(settings)
+    name = PROVIDERS.get(settings.provider)
+    if name is None:
+        return None
+    module = importlib.import_module(f"{__package__}.{settings.provider}")
+    build = cast(Callable[[ModerationSettings], Provider], getattr(module, name))
+    return build(settings)
