@@ -27,7 +27,15 @@ from service.store.cancel_safe import CancelSafeConnection
 from service.store.connect import connect, is_cluster
 from service.store.embedded import MailCatcher
 from service.studio.ledger import account_key
-from service.studio.queue import SHARDS, TAGS, new_account_id, prefix, shard_of
+from service.studio.queue import (
+    SHARDS,
+    TAGS,
+    JobQueue,
+    new_account_id,
+    prefix,
+    shard_of,
+    stream,
+)
 
 from .cluster import Cluster
 from .conftest import (
@@ -105,6 +113,22 @@ async def _submit(client: Client, prompt: str = "a lamp") -> dict[str, Any]:
     assert response.status == 202, await response.text()
     generation: dict[str, Any] = await response.json()
     return generation
+
+
+async def test_on_the_cluster_a_read_drops_entries_that_name_no_job(
+    cluster_redis: Redis,
+) -> None:
+    """The per-shard reads (one pipeline per node) acknowledge and delete them."""
+    queue = JobQueue(cluster_redis)
+    await queue.ensure_group()
+    strays = [0, 5, SHARDS - 1]  # on different masters
+    for shard in strays:
+        await cluster_redis.xadd(stream(shard), {"x": "written by hand"})
+    assert (await queue.read("reader", SHARDS)).jobs == []
+    for shard in strays:
+        assert await cluster_redis.xlen(stream(shard)) == 0
+        pending = await cluster_redis.xpending(stream(shard), "workers")
+        assert pending["pending"] == 0
 
 
 async def test_a_cluster_url_or_the_flag_selects_the_cluster_client() -> None:

@@ -20,7 +20,7 @@ from redis.asyncio import Redis
 from service.app import create_app
 from service.store.embedded import MailCatcher, RedisServer
 from service.studio.keys import EVENTS
-from service.studio.queue import GROUP, SHARDS, shard_of, stream
+from service.studio.queue import GROUP, SHARDS, JobQueue, shard_of, stream
 
 from .conftest import Client, Env, MakeClient, SettingsFactory
 from .logs import troubles
@@ -166,6 +166,23 @@ async def test_a_passed_deadline_fails_the_generation_timed_out_and_refunds_once
     assert body["refunded"] is True
     assert [e["kind"] for e in await ledger(client)] == ["grant", "debit", "refund"]
     assert await balance(client) == 100
+
+
+async def test_an_entry_naming_no_job_among_a_dead_workers_does_not_stop_a_take_over(
+    studio: MakeClient, mail_server: MailCatcher, studio_env: Env, redis: Redis
+) -> None:
+    """The take-over meets it with the job: it is dropped and the job runs."""
+    client = await studio()
+    shard = shard_of((await sign_in(client, mail_server))["id"])
+    await JobQueue(redis).ensure_group()
+    await redis.xadd(stream(shard), {"x": "written by hand"})
+    generation = await _submit(client)
+    # Both now belong to a worker that will never renew or finish them.
+    assert len((await redis.xreadgroup(GROUP, "dead", {stream(shard): ">"}))[0][1]) == 2
+    with worker_process({**studio_env, "STUDIO_JOBS_VISIBILITY_TIMEOUT": "2"}):
+        await wait_for_status(client, generation["id"], {"succeeded"}, 20)
+    assert await redis.xlen(stream(shard)) == 0  # the job's entry ended, the stray too
+    assert await balance(client) == 100 - generation["credits"]
 
 
 async def test_a_killed_worker_leaves_its_job_to_another_with_one_debit(

@@ -6,6 +6,7 @@ import asyncio
 import time
 from typing import Any
 
+import pytest
 from redis.asyncio import Redis
 
 from service.store.embedded import MailCatcher
@@ -185,3 +186,52 @@ async def test_a_job_canceled_before_its_turn_leaves_the_queue_at_once(
     assert await _pending(redis, ref) == 0
     assert await queue.take(ref, first) == {}  # the worker that has it does nothing
     assert (await queue.read("reader", 8)).jobs == []
+
+
+async def _strays_left(redis: Redis, shard: int) -> tuple[int, int]:
+    """The entries a shard's stream holds, and those delivered and not acknowledged."""
+    pending: dict[str, Any] = await redis.xpending(stream(shard), "workers")
+    return int(await redis.xlen(stream(shard))), int(pending["pending"])
+
+
+async def test_entries_that_name_no_job_are_dropped_by_the_reads_that_meet_them(
+    studio: MakeClient,
+    mail_server: MailCatcher,
+    redis: Redis,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """No `g`, or a `g` that is no generation id: acknowledged, deleted, logged.
+
+    Two come before a job in its shard's stream (the one-script read meets
+    them), one sits alone in another shard (the read of every shard in turn).
+    """
+    person = await studio()
+    shard = shard_of((await sign_in(person, mail_server))["id"])
+    other = (shard + 1) % 16
+    queue = JobQueue(redis)
+    await queue.ensure_group()
+    await redis.xadd(stream(shard), {"x": "written by hand"})
+    await redis.xadd(stream(shard), {"g": "not an id!"})
+    gid = await _submit(person)
+    await redis.xadd(stream(other), {"g": b"\xff\xfe"})
+    taken: list[tuple[str, str]] = []
+    for _ in range(4):  # each read of one job meets one stray first
+        taken += (await queue.read("reader", 1)).jobs
+    assert [g for _, g in taken] == [gid]
+    assert await _strays_left(redis, shard) == (1, 1)  # the job's own entry
+    assert (await queue.read("reader", 16)).jobs == []  # every shard in turn
+    assert await _strays_left(redis, other) == (0, 0)
+    assert "dropped 1 stream entries that name no job" in caplog.text
+
+
+async def test_a_take_over_drops_a_dead_workers_entry_that_names_no_job(
+    redis: Redis,
+) -> None:
+    """XAUTOCLAIM hands it over: the worker taking over goes on without it."""
+    queue = JobQueue(redis)
+    await queue.ensure_group()
+    await redis.xadd(stream(3), {"x": "1"})
+    await redis.xreadgroup("workers", "dead", {stream(3): ">"}, count=1)
+    assert await _strays_left(redis, 3) == (1, 1)
+    assert await queue.reclaim("alive", 0, 8) == []
+    assert await _strays_left(redis, 3) == (0, 0)

@@ -32,6 +32,8 @@ running jobs' leases are renewed in one pipeline.
 from __future__ import annotations
 
 import itertools
+import logging
+import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -111,16 +113,41 @@ def stream(shard: int) -> str:
 
 
 _SHARD_OF_STREAM: Final = {stream(shard).encode(): shard for shard in range(SHARDS)}
+# What the submit script writes as an entry's `g`: a generation id.
+_GENERATION_ID: Final = re.compile(rb"[0-9a-fA-F]+")
+_LOGGER: Final = logging.getLogger(__name__)
 
 
-def _deliveries(reply: Any) -> list[tuple[str, str]]:
-    """An XREADGROUP reply as (reference, generation id); a deleted entry is none."""
-    return [
-        (_ref(_SHARD_OF_STREAM[name], text(entry)), text(fields[b"g"]))
-        for name, entries in reply or []
-        for entry, fields in entries
-        if fields
-    ]
+def _job(shard: int, entry: Any, fields: Any) -> tuple[str, str | None]:
+    """A stream entry as (reference, generation id); None if it names no job.
+
+    Only the submit script writes the streams, but an entry written by hand or
+    by another program must not stop the workers: it is dropped (`_drop`).
+    """
+    gid = fields.get(b"g") if fields else None
+    ref = _ref(shard, text(entry))
+    return ref, text(gid) if gid is not None and _GENERATION_ID.fullmatch(gid) else None
+
+
+def _deliveries(reply: Any) -> tuple[list[tuple[str, str]], list[str]]:
+    """An XREADGROUP reply as its jobs and the entries that are none.
+
+    A deleted entry (no fields) is neither.
+    """
+    jobs, strays = [], []
+    for name, entries in reply or []:
+        for entry, fields in entries:
+            ref, gid = _job(_SHARD_OF_STREAM[name], entry, fields)
+            if gid is not None:
+                jobs.append((ref, gid))
+            elif fields:
+                strays.append(ref)
+    return jobs, strays
+
+
+def _dropped(count: int) -> None:
+    if count:
+        _LOGGER.warning("queue: dropped %d stream entries that name no job", count)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,9 +240,10 @@ class JobQueue:
             )
             found = [
                 (_ref(int(reply[i]), text(reply[i + 1])), text(reply[i + 2]))
-                for i in range(1, len(reply), 3)
+                for i in range(2, len(reply), 3)
             ]
             waiting = int(reply[0]) > 0
+            _dropped(int(reply[1]))
         if found:
             return Batch(found, waiting=True)
         start, self._next = self._next, (self._next + count) % SHARDS
@@ -226,7 +254,8 @@ class JobQueue:
             reply = await self._redis.xreadgroup(
                 GROUP, consumer, {stream(shard): ">" for shard in turn}, count=1
             )
-            found = _deliveries(reply)
+            found, strays = _deliveries(reply)
+            await self._drop(strays)
         return Batch(found, waiting=bool(waiting or found))
 
     async def wait(self, block_ms: int) -> None:
@@ -252,7 +281,25 @@ class JobQueue:
             for shard, most in wanted.items():
                 pipe.xreadgroup(GROUP, consumer, {stream(shard): ">"}, count=most)
             replies = await pipe.execute()
-        return [ref for reply in replies for ref in _deliveries(reply)]
+        found, strays = [], []
+        for reply in replies:
+            jobs, others = _deliveries(reply)
+            found += jobs
+            strays += others
+        await self._drop(strays)
+        return found
+
+    async def _drop(self, strays: Sequence[str]) -> None:
+        """Acknowledge and delete entries that name no job, so none comes back."""
+        if not strays:
+            return
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for ref in strays:
+                shard, entry = _split(ref)
+                pipe.xack(stream(shard), GROUP, entry)
+                pipe.xdel(stream(shard), entry)
+            await pipe.execute()
+        _dropped(len(strays))
 
     async def _oldest(self, count: int) -> dict[int, int]:
         """Plan a read across shards: the `count` jobs waiting longest, per shard.
@@ -309,11 +356,9 @@ class JobQueue:
                 f"{prefix(shard)}:stream", GROUP, consumer, min_idle_ms, "0-0",
                 count=count - len(found),
             )  # fmt: skip
-            found += [
-                (_ref(shard, text(entry)), text(fields[b"g"]))
-                for entry, fields in reply[1]
-                if fields
-            ]
+            jobs, strays = _deliveries([(stream(shard).encode(), reply[1])])
+            found += jobs
+            await self._drop(strays)
         return found
 
     async def due(self, now: float, count: int = 100) -> list[tuple[str, str]]:

@@ -497,6 +497,8 @@ class Worker:
                 await self._tidy()
             except STORE_ERRORS as err:
                 _LOGGER.warning("janitor: %s", type(err).__name__)
+            except Exception:  # a bug must not end the leases' renewal for good
+                _LOGGER.exception("janitor failed; it goes on")
             await _sleep_or_stop(stop, JANITOR_SECONDS)
 
     async def _tidy(self) -> None:
@@ -540,6 +542,9 @@ class Worker:
                         self._stop_local(text(message["data"]))
             except STORE_ERRORS as err:
                 _LOGGER.warning("worker channels: %s", type(err).__name__)
+                await _sleep_or_stop(stop, 1.0)
+            except Exception:  # a bug must not deafen the worker to cancels for good
+                _LOGGER.exception("worker channels failed; listening again")
                 await _sleep_or_stop(stop, 1.0)
         await subscriber.aclose()
 

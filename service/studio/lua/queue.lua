@@ -3,8 +3,10 @@
 -- take, finish: KEYS[1] = studio:jobs:{q} (a shard's prefix; every key shares its
 --   hash tag {q}). ARGV[1] = action, ARGV[2] = generation id.
 -- read (one server only): KEYS = every shard's prefix, in shard order.
---   ARGV[2] = consumer, ARGV[3] = count. Reply: {shards planned, then shard,
---   entry, generation id of each job delivered}.
+--   ARGV[2] = consumer, ARGV[3] = count. Reply: {shards planned, entries
+--   dropped, then shard, entry, generation id of each job delivered}. An entry
+--   that names no generation (hex `g`) is not a job: it is acknowledged and
+--   deleted, or it would come back to some worker at every take-over.
 if ARGV[1] == 'read' then
   -- The `count` jobs waiting longest over every shard's line (scored by submit
   -- time) decide how many each shard gives, so jobs start in the order they were
@@ -21,16 +23,22 @@ if ARGV[1] == 'read' then
     if not want[i] then order[#order + 1], want[i] = i, 0 end
     want[i] = want[i] + 1
   end
-  local out = {#order}
+  local out = {#order, 0}
   for _, i in ipairs(order) do
+    local stream = KEYS[i] .. ':stream'
     local got = redis.call('XREADGROUP', 'GROUP', 'workers', consumer, 'COUNT', want[i],
-                           'STREAMS', KEYS[i] .. ':stream', '>')
+                           'STREAMS', stream, '>')
     for _, entry in ipairs(got and got[1][2] or {}) do
-      local fields = entry[2]  -- none for an entry deleted after it was queued
+      local fields, gid = entry[2], nil  -- no fields: deleted after it was queued
       for f = 1, fields and #fields or 0, 2 do
-        if fields[f] == 'g' then
-          out[#out + 1], out[#out + 2], out[#out + 3] = i - 1, entry[1], fields[f + 1]
-        end
+        if fields[f] == 'g' then gid = fields[f + 1] end
+      end
+      if gid and string.match(gid, '^%x+$') then
+        out[#out + 1], out[#out + 2], out[#out + 3] = i - 1, entry[1], gid
+      elseif fields then
+        redis.call('XACK', stream, 'workers', entry[1])
+        redis.call('XDEL', stream, entry[1])
+        out[2] = out[2] + 1
       end
     end
   end
