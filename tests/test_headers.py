@@ -11,7 +11,7 @@ from pytest_aiohttp import AiohttpClient
 
 from service.app import create_app
 from service.web.routes import PUBLIC_ROUTES
-from service.web.templates import TEMPLATES_DIR
+from service.web.setup import TEMPLATES_DIR
 
 from .conftest import Client, SettingsFactory
 

@@ -18,7 +18,7 @@ import pytest
 from service.content import CONTENT_DIR
 from service.settings import DEFAULT_CONFIG, PACKAGE, ROOT
 from service.store.embedded import RedisServer
-from service.web.templates import TEMPLATES_DIR
+from service.web.setup import TEMPLATES_DIR
 
 from .conftest import TEST_SECRET
 from .ports import free_port
@@ -168,7 +168,7 @@ def test_the_installed_wheel_reads_its_packaged_copies(
     """Installed, config, content and templates come from inside the package."""
     isolated = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     script = (
-        "from service.web.templates import TEMPLATES_DIR; from service.content import"
+        "from service.web.setup import TEMPLATES_DIR; from service.content import"
         " CONTENT_DIR; from service.settings import DEFAULT_CONFIG, PACKAGE;"
         " print(PACKAGE); print(DEFAULT_CONFIG); print(CONTENT_DIR);"
         " print(TEMPLATES_DIR)"

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from functools import partial
 from typing import Any, Final
 
+import jinja2
 from aiohttp import hdrs
 
 from ..content import Content
 from .documents import CONTENT_SIGNAL, MARKDOWN_TYPE
 from .headers import SecurityHeaders
 from .openapi import build_openapi
-from .rendering import Page
 from .representation import Representation, prepare as prepare_representation
 
 TEXT_TYPE: Final = "text/plain; charset=utf-8"
@@ -60,29 +60,21 @@ def api_catalog(base_url: str) -> dict[str, Any]:
     }
 
 
-# The machine files rendered from templates, in the order of `machine_pages`.
-_TEMPLATED: Final = ("robots.txt", "sitemap.xml", "llms.txt", "auth.md")
-
-
-def machine_pages(content: Content, context: Mapping[str, Any]) -> list[Page]:
-    """The machine files that come from templates, to render with the documents."""
-    documents = sorted(content.documents.values(), key=lambda meta: meta.path)
-    listed = {**context, "documents": documents}
-    return [
-        Page(name, listed if name == "sitemap.xml" else context) for name in _TEMPLATED
-    ]
-
-
-def build_machine_files(
+def render_machine_files(
+    env: jinja2.Environment,
     content: Content,
     context: Mapping[str, Any],
-    rendered: Sequence[tuple[str, str | None]],
     base_url: str,
     security: SecurityHeaders,
 ) -> dict[str, Representation]:
-    """Prepare every non-document public file; `rendered`: `machine_pages`'s."""
+    """Render every non-document public file into its prepared representation."""
     prepare = partial(prepare_representation, security=security)
-    robots, sitemap, llms, auth = (text.encode() for text, _ in rendered)
+
+    def render(name: str) -> bytes:
+        return env.get_template(name).render(**context).encode()
+
+    documents = sorted(content.documents.values(), key=lambda meta: meta.path)
+    sitemap = env.get_template("sitemap.xml").render(**context, documents=documents)
     openapi = build_openapi(base_url, content.site["name_en"], context["contact_email"])
     return {
         "healthz": prepare(
@@ -91,9 +83,11 @@ def build_machine_files(
             {hdrs.CACHE_CONTROL: "no-store"},
             etag=False,
         ),
-        "robots": prepare(robots, TEXT_TYPE, tag="robots"),
-        "sitemap": prepare(sitemap, "application/xml; charset=utf-8", tag="sitemap"),
-        "llms": prepare(llms, TEXT_TYPE, tag="llms"),
+        "robots": prepare(render("robots.txt"), TEXT_TYPE, tag="robots"),
+        "sitemap": prepare(
+            sitemap.encode(), "application/xml; charset=utf-8", tag="sitemap"
+        ),
+        "llms": prepare(render("llms.txt"), TEXT_TYPE, tag="llms"),
         "openapi": prepare(_json(openapi), "application/json", tag="openapi"),
         "api_catalog": prepare(
             _json(api_catalog(base_url)),
@@ -102,7 +96,7 @@ def build_machine_files(
             tag="catalog",
         ),
         "auth_md": prepare(
-            auth,
+            render("auth.md"),
             MARKDOWN_TYPE,
             {"Content-Signal": CONTENT_SIGNAL},
             tag="auth",

@@ -1,19 +1,24 @@
-"""Each document in two representations: HTML, and Markdown from that HTML."""
+"""Render each document once at start-up: HTML, and Markdown from that HTML."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
+import jinja2
 from aiohttp import hdrs, web
 
 from ..content import Content, DocumentMeta
 from .headers import SecurityHeaders
 from .negotiation import prefers_markdown
-from .rendering import Page
 from .representation import Representation, prepare, respond
 
 CONTENT_SIGNAL: Final = "search=yes, ai-input=yes, ai-train=no"
@@ -24,6 +29,12 @@ MARKDOWN_TYPE: Final = "text/markdown; charset=utf-8"
 _CJK: Final = re.compile(
     r"[\u3000-\u303f\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\uff00-\uffef]"
 )
+# The directory `service` sits in: where the converter child finds this package.
+_PACKAGE_ROOT: Final = Path(__file__).resolve().parents[2]
+_CHILD_SECONDS: Final = 120.0
+# Digest of (html, url) -> Markdown, oldest first; two editions of every document fit.
+_CONVERTED: dict[bytes, str] = {}
+_CACHE_SIZE: Final = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +50,46 @@ def estimate_tokens(text: str) -> int:
     """Estimate tokens: one per CJK character, one per four other characters."""
     cjk = len(_CJK.findall(text))
     return cjk + math.ceil((len(text) - cjk) / 4)
+
+
+def markdown_of(pages: Sequence[tuple[str, str]]) -> list[str]:
+    """Return the Markdown of each (html, url), converted in one child process.
+
+    A page rendered again unchanged (another edition, another app in the
+    process) is converted once. A page that breaks a document's rules raises
+    ValueError with the child's one line.
+    """
+    digests = [_digest(page) for page in pages]
+    known = {d: _CONVERTED[d] for d in digests if d in _CONVERTED}
+    missing = {d: p for d, p in zip(digests, pages, strict=True) if d not in known}
+    if missing:
+        child = subprocess.run(
+            [sys.executable, "-m", "service.web.html_markdown"],
+            input=json.dumps(list(missing.values())).encode(),
+            capture_output=True,
+            cwd=_PACKAGE_ROOT,
+            timeout=_CHILD_SECONDS,
+            check=False,
+        )
+        if child.returncode != 0:
+            raise RuntimeError(
+                f"the Markdown converter exited {child.returncode}: "
+                + child.stderr.decode(errors="replace")[-2000:]
+            )
+        answer = json.loads(child.stdout)
+        if "broken" in answer:
+            raise ValueError(answer["broken"])
+        known |= zip(missing, answer["markdown"], strict=True)
+        _CONVERTED.update(known)
+        while len(_CONVERTED) > _CACHE_SIZE:
+            del _CONVERTED[next(iter(_CONVERTED))]
+    return [known[d] for d in digests]
+
+
+def _digest(page: tuple[str, str]) -> bytes:
+    """Key a page by its bytes' digest: the cache need not hold the HTML itself."""
+    html, url = page
+    return hashlib.sha256(f"{url}\n{html}".encode()).digest()
 
 
 def _links(url: str, markdown: bool, home: bool, base_url: str) -> str:
@@ -92,34 +143,26 @@ def build_document(
     )
 
 
-def document_pages(
-    content: Content, context: Mapping[str, Any], base_url: str
-) -> list[Page]:
-    """Each document of content/site.toml: its template, and its URL to convert."""
-    return [
-        Page(
-            "home.html" if name.startswith("home") else f"{name}.html",
-            {**context, "doc": meta, "zh": meta.lang.startswith("zh")},
-            markdown_url=base_url + meta.path,
-        )
-        for name, meta in content.documents.items()
-    ]
-
-
-def build_documents(
+def render_documents(
+    env: jinja2.Environment,
     content: Content,
-    rendered: Sequence[tuple[str, str | None]],
+    context: Mapping[str, Any],
     base_url: str,
     security: SecurityHeaders,
 ) -> dict[str, Document]:
-    """Prepare the documents from what `document_pages` rendered, in its order."""
-    documents = {}
-    for (name, meta), (html, markdown) in zip(
-        content.documents.items(), rendered, strict=True
-    ):
-        assert markdown is not None  # asked of every document page
-        documents[name] = build_document(meta, html, markdown, base_url, security)
-    return documents
+    """Render every document of content/site.toml through its template."""
+    rendered = []
+    for name, meta in content.documents.items():
+        template = env.get_template(
+            "home.html" if name.startswith("home") else f"{name}.html"
+        )
+        html = template.render(**context, doc=meta, zh=meta.lang.startswith("zh"))
+        rendered.append((name, meta, html))
+    markdowns = markdown_of([(html, base_url + m.path) for _, m, html in rendered])
+    return {
+        name: build_document(meta, html, markdown, base_url, security)
+        for (name, meta, html), markdown in zip(rendered, markdowns, strict=True)
+    }
 
 
 def document_handler(

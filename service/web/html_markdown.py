@@ -1,15 +1,18 @@
-"""HTML to Markdown, in the rendering child only: serve never holds bs4 or markdownify.
+"""HTML to Markdown: a child process's job, so `serve` never holds bs4 or markdownify.
 
 The converter (BeautifulSoup, markdownify, and the lxml and charset_normalizer
 that bs4 loads when installed) would cost `serve` 5 to 9 MB for as long as it
 runs, yet documents are converted only when they are rendered: at start-up and
-at a retirement midnight, by the child of rendering.py.
+at a retirement midnight. `documents.markdown_of` runs this module as
+`python -m service.web.html_markdown`: pages as JSON on stdin, and on stdout
+{"markdown": [...]}, or {"broken": "why"} for a page that breaks a rule.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 from typing import Final
 from urllib.parse import urljoin
 
@@ -60,3 +63,18 @@ def html_to_markdown(html: str, page_url: str) -> str:
     if not body.startswith("# ") or "\n# " in body:
         raise ValueError(f"{page_url}: <main> must hold exactly one <h1>, first")
     return "\n".join(lines) + "\n---\n\n" + body + "\n"
+
+
+def main() -> None:
+    """Convert [[html, url], ...] from stdin; answer on stdout."""
+    pages = json.loads(sys.stdin.buffer.read())
+    answer: dict[str, str | list[str]]
+    try:
+        answer = {"markdown": [html_to_markdown(html, url) for html, url in pages]}
+    except ValueError as err:
+        answer = {"broken": str(err)}
+    sys.stdout.buffer.write(json.dumps(answer, ensure_ascii=False).encode())
+
+
+if __name__ == "__main__":
+    main()

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 import aiohttp_jinja2
@@ -15,18 +16,18 @@ from ..api.boundary import API
 from ..clock import Clock
 from ..content import Content, Model
 from ..keys import CLOCK, CONTENT, SETTINGS
-from ..settings import Settings
-from .discovery import build_machine_files, machine_pages
-from .documents import HTML_TYPE, build_documents, document_handler, document_pages
+from ..settings import Settings, resource_dir
+from .discovery import render_machine_files
+from .documents import HTML_TYPE, document_handler, render_documents
 from .headers import SecurityHeaders, content_security_policy, setup_headers
 from .keys import ERROR_PAGES, PUBLISHED, SECURITY, TEMPLATE_CONTEXT
 from .openapi import media_for
 from .published import Published
-from .rendering import render_pages
 from .representation import Representation, prepare, respond
 from .routes import PUBLIC_ROUTES, setup_public_routes
-from .templates import TEMPLATES_DIR, environment
 from .workbench import setup_workbench_routes
+
+TEMPLATES_DIR: Final = resource_dir("templates")
 
 
 def _static_handler(rep: Representation) -> Handler:
@@ -79,6 +80,7 @@ def _origin(url: str) -> str:
 
 
 def _publish(
+    env: jinja2.Environment,
     content: Content,
     context: dict[str, Any],
     settings: Settings,
@@ -89,22 +91,25 @@ def _publish(
     base_url = settings.base_url
 
     def render(offered: tuple[Model, ...]) -> dict[str, Handler]:
-        """Render every public document and file for the models on offer.
-
-        In one child process (rendering.py): `serve` compiles none of their
-        templates and never loads the Markdown converter.
-        """
+        """Render every public document and file for the models on offer."""
         today = {**context, "models": offered}
-        pages = document_pages(content, today, base_url)
-        rendered = render_pages([*pages, *machine_pages(content, today)])
-        documents = build_documents(content, rendered[: len(pages)], base_url, security)
-        files = build_machine_files(
-            content, today, rendered[len(pages) :], base_url, security
-        )
+        documents = render_documents(env, content, today, base_url, security)
+        files = render_machine_files(env, content, today, base_url, security)
         handlers = {name: document_handler(doc) for name, doc in documents.items()}
         return handlers | {name: _static_handler(rep) for name, rep in files.items()}
 
     return Published(content, render, clock)
+
+
+@functools.cache
+def _environment() -> jinja2.Environment:
+    """One template environment per process: every app shares its compiled templates."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
+        autoescape=jinja2.select_autoescape(("html", "xml")),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
 
 
 def setup(app: web.Application) -> None:
@@ -114,7 +119,7 @@ def setup(app: web.Application) -> None:
     per-request signal anywhere. Everything dynamic sits behind the /api boundary.
     """
     settings, content = app[SETTINGS], app[CONTENT]
-    env = app[aiohttp_jinja2.APP_KEY] = environment()
+    env = app[aiohttp_jinja2.APP_KEY] = _environment()
     css = (TEMPLATES_DIR / "site.css").read_text()
     media_origin = _origin(settings.workbench.media_public_url)
     security = app[SECURITY] = SecurityHeaders(
@@ -123,10 +128,10 @@ def setup(app: web.Application) -> None:
     context = app[TEMPLATE_CONTEXT] = _template_context(settings, content, css)
     # Rendered again, without a restart, at the midnight a model retires.
     published = app[PUBLISHED] = _publish(
-        content, context, settings, security, app[CLOCK]
+        env, content, context, settings, security, app[CLOCK]
     )
     setup_public_routes(app, published.handlers())
-    setup_workbench_routes(app, context, security)
+    setup_workbench_routes(app, env, context, security)
     app[ERROR_PAGES] = _error_pages(env, context, security)
     with app[API].placed("security_headers"):
         setup_headers(app[API], security)

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+import jinja2
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from ..keys import SETTINGS
 from .documents import HTML_TYPE
 from .headers import SecurityHeaders
-from .rendering import Page, render_pages
 from .representation import Representation, prepare, respond
 
 # Inside the package, beside templates/, so an installed wheel carries them.
@@ -116,22 +116,22 @@ def _json_for_script(data: object) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def studio_page(
+def render_studio(
+    env: jinja2.Environment,
     context: Mapping[str, Any],
     assets: Assets,
     strings: Mapping[str, Mapping[str, str]],
-) -> Page:
-    """The page, rendered once: Chinese text in place, both languages as data."""
-    return Page(
-        "studio.html",
-        {
-            **context,
-            "asset": {name: assets.url(name) for name in assets.files},
-            "modules": assets.modules,
-            "t": dict(strings["zh"]),
-            "strings_json": _json_for_script(strings),
-        },
+) -> bytes:
+    """Render the page once: Chinese text in place, both languages as data."""
+    zh = strings["zh"]
+    html = env.get_template("studio.html").render(
+        **context,
+        asset=assets.url,
+        modules=assets.modules,
+        t=lambda key: zh[key],
+        strings_json=_json_for_script(strings),
     )
+    return html.encode()
 
 
 def _serve(rep: Representation) -> Handler:
@@ -156,6 +156,7 @@ def _static_handler(assets: Assets) -> Handler:
 
 def setup_workbench_routes(
     app: web.Application,
+    env: jinja2.Environment,
     context: Mapping[str, Any],
     security: SecurityHeaders,
 ) -> None:
@@ -166,9 +167,8 @@ def setup_workbench_routes(
     page_security = SecurityHeaders(https=security.https, csp=studio_csp(media_origin))
     # The account view names the deletion's grace period before it starts.
     grace = {"grace_days": app[SETTINGS].account.grace_days}
-    [(html, _)] = render_pages([studio_page({**context, **grace}, assets, strings)])
     page = prepare(
-        html.encode(),
+        render_studio(env, {**context, **grace}, assets, strings),
         HTML_TYPE,
         {"Cache-Control": "no-cache"},
         security=page_security,
