@@ -353,6 +353,21 @@ def test_the_fallback_continues_from_what_redis_last_said() -> None:
     assert not local.check("ip4:9.9.9.9", [policy]).allowed
 
 
+def test_the_fallback_keeps_at_most_its_subjects_the_least_recent_leaving() -> None:
+    """An outage seen by many addresses grows no table: the oldest subject leaves.
+
+    Its next request starts from a full bucket again, as an unseen subject does.
+    """
+    local = LocalBuckets(max_subjects=2)
+    policy = Policy("bounded", 1, 3600, 1)
+    assert local.check("ip4:1.1.1.1", [policy]).allowed
+    assert not local.check("ip4:1.1.1.1", [policy]).allowed  # spent, remembered
+    assert local.check("ip4:2.2.2.2", [policy]).allowed
+    assert local.check("ip4:3.3.3.3", [policy]).allowed  # 1.1.1.1 leaves
+    assert local.check("ip4:1.1.1.1", [policy]).allowed
+    assert not local.check("ip4:3.3.3.3", [policy]).allowed  # still remembered
+
+
 async def test_a_key_read_along_shares_the_decisions_round_trip(
     redis: Redis, redis_server: RedisServer
 ) -> None:
