@@ -18,6 +18,12 @@ Baselines, started in the same run on the same machine:
   broker, consumer groups and acks as ours, one `taskiq worker` process with
   its default settings) running a task that does nothing.
 
+Before they are canceled, the submits above are drained once by `queue-only`:
+a process that does for each job what the worker's queue does and nothing else
+(the shared read of up to 8, `take`, `finish`: no settlement, no media), so the
+queue's own cost per job stands beside taskiq-redis's per no-op task, and what
+a whole job adds to it shows apart.
+
 The worker drains whole jobs: the submits above are first canceled through the
 real endpoint (`POST /api/generations/cancel`; a job canceled before its turn
 leaves the queue at once), then 400 are submitted and drained, each settled
@@ -275,6 +281,19 @@ async def _drain_with_worker(
         worker.wait()
 
 
+async def _drain_queue_only(
+    redis: Redis, environ: dict[str, str], total: int
+) -> Drained:
+    """Start the `queue-only` consumer and time it through `total` jobs."""
+    url = environ["STUDIO_REDIS_URL"]
+    consumer = start([__file__, "--drain-queue", url], environ, 1)
+    try:
+        return await _drained(redis, QUEUED, total, consumer.pid)
+    finally:
+        consumer.terminate()
+        consumer.wait()
+
+
 def _child(pid: int) -> int:
     """The process doing the work: `taskiq worker` runs its worker as a child."""
     for _ in range(200):
@@ -363,6 +382,29 @@ def drain_baseline(redis_url: str) -> None:
     uvloop.run(run())
 
 
+def drain_queue_only(redis_url: str) -> None:
+    """The `queue-only` consumer: the worker's queue operations on no-op jobs."""
+    import uvloop
+
+    async def noop(queue: JobQueue, entry: str, gid: str) -> None:
+        await queue.take(entry, gid)
+        await queue.finish(gid, entry)
+
+    async def run() -> None:
+        queue = JobQueue(Redis.from_url(redis_url))
+        await queue.ensure_group()
+        while True:
+            batch = await queue.read("queue-only", 8)
+            if batch.jobs:
+                await asyncio.gather(*(noop(queue, *job) for job in batch.jobs))
+            elif batch.waiting:
+                await asyncio.sleep(0.001)
+            else:
+                await queue.wait(1000)
+
+    uvloop.run(run())
+
+
 async def main(per_client: int, rate: float) -> None:
     with (
         tempfile.TemporaryDirectory() as scratch,
@@ -406,6 +448,9 @@ async def main(per_client: int, rate: float) -> None:
             # Whole jobs: the demo at 0 s, each image labeled and thumbnailed.
             # The closed and paced submits above queue thousands: they are
             # canceled first (the real endpoint), which takes them out at once.
+            # The queue alone drains them first; their records stay queued.
+            queued = await JobQueue(redis).depth()
+            queue_only = await _drain_queue_only(redis, environ, queued)
             for session in sessions:
                 await _cancel_queued(ours_url, session)
             assert await JobQueue(redis).depth() == 0
@@ -462,6 +507,7 @@ async def main(per_client: int, rate: float) -> None:
     print(f"  {'':26} {'jobs/s':>8} {'CPU/job':>10} {'loop CPU/job':>13}")
     for name, row in (
         ("ours (worker, labeled)", drained),
+        ("ours, queue only (no-op)", queue_only),
         ("taskiq-redis (no-op)", taskiq_drained),
         ("bare-group (no-op)", bare_drained),
     ):
@@ -476,6 +522,12 @@ async def main(per_client: int, rate: float) -> None:
     )
     print(f"  ratio of that to taskiq-redis {ceiling / taskiq_drained.rate:8.3f}"
           "   target >= 1.1 (and >= 2000 jobs/s)")  # fmt: skip
+    alone = queue_only.rate / taskiq_drained.rate
+    by_cpu = taskiq_drained.loop_cpu / queue_only.loop_cpu
+    print(
+        f"  the queue alone against taskiq-redis: {queue_only.rate:.0f} against"
+        f" {taskiq_drained.rate:.0f} jobs/s, {alone:.3f} (by loop CPU {by_cpu:.3f})"
+    )
     print(
         f"  labeling one demo image: {labeling * 1000:.1f} ms of CPU"
         f" ({labeling / drained.cpu:.0%} of a whole job's CPU)"
@@ -491,10 +543,13 @@ if __name__ == "__main__":
     )
     parser.add_argument("--serve-baseline", nargs=2, metavar=("PORT", "REDIS"))
     parser.add_argument("--drain-baseline", metavar="REDIS")
+    parser.add_argument("--drain-queue", metavar="REDIS")
     args = parser.parse_args()
     if args.serve_baseline:
         serve_baseline(int(args.serve_baseline[0]), args.serve_baseline[1])
     elif args.drain_baseline:
         drain_baseline(args.drain_baseline)
+    elif args.drain_queue:
+        drain_queue_only(args.drain_queue)
     else:
         asyncio.run(main(args.per_client, args.rate))
