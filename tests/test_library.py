@@ -19,6 +19,7 @@ from service.auth.accounts import AccountStore
 from service.auth.identity import Keyring
 from service.auth.sessions import SessionStore
 from service.keys import SETTINGS
+from service.moderation.log import ModerationLog
 from service.store.embedded import MailCatcher, RedisServer
 from service.studio.generations import GenerationStore
 from service.studio.ledger import Ledger
@@ -447,6 +448,34 @@ async def test_a_published_work_has_a_page_that_previews_when_shared(
     assert "Disallow: /square" not in robots
     sitemap = await (await client.get("/sitemap.xml")).text()
     assert "/square/" not in sitemap
+
+
+async def test_each_counted_report_is_one_moderation_log_record_naming_its_reporter(
+    make_client: Factory, mail_server: MailCatcher, redis: Redis, tmp_path: Path
+) -> None:
+    """CONTRACT §11: every report is a record; a repeat or the owner's own is none."""
+    owner = await make_client()
+    me = await sign_in(owner, mail_server)
+    (work,) = await make_works(redis, tmp_path, me["id"], 1)
+    await owner.post(f"/api/works/{work['id']}/publish")
+    path = f"/api/works/{work['id']}/report"
+    assert (await owner.post(path, json={"reason": "mine"})).status == 204
+    reporters = [await make_client() for _ in range(3)]
+    ids = [(await sign_in(reporter, mail_server))["id"] for reporter in reporters]
+    for reporter in [reporters[0], reporters[0], reporters[1], reporters[2]]:
+        response = await reporter.post(path, json={"reason": "  spam  "})
+        assert response.status == 204
+    assert (await reporters[2].post(path, json={"reason": "spam"})).status == 204
+    log = [record async for record in ModerationLog(redis, 180).read()]
+    assert [(r["source"], r["verdict"], r["account"], r["work"]) for r in log] == [
+        ("report", "reported", me["id"], work["id"])
+    ] * 3
+    assert [r["text"] for r in log] == ["spam"] * 3
+    assert [r["note"] for r in log] == [
+        f"reporter {ids[0]}",
+        f"reporter {ids[1]}",
+        f"reporter {ids[2]}; the work left the square at 3 reporters",
+    ]
 
 
 async def test_a_report_repeated_at_once_by_the_one_who_hid_the_work_is_always_204(

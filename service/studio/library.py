@@ -13,6 +13,7 @@ from ..api.query import bad_field, list_params, read_cursor
 from ..auth.sessions import SESSION
 from ..keys import REDIS, SETTINGS
 from ..limits.http import enforce
+from ..moderation.log import Record
 from ..moderation.prompts import MODERATION
 from ..square.feed import SQUARE
 from .collections import COLLECTIONS, works_index
@@ -193,10 +194,23 @@ async def report(request: web.Request) -> web.StreamResponse:
         raise bad_field("reason")
     app = request.app
     threshold = app[SETTINGS].workbench.hide_after_reports
+    me, wid = _me(request), _wid(request)
     try:
-        await app[WORKS].report(_me(request), _wid(request), threshold)
+        outcome, owner = await app[WORKS].report(me, wid, threshold)
     except WorkNotFound:
         raise ApiError(404, "NOT_FOUND") from None
+    if outcome in ("OK", "HIDE"):  # counted: one record each (CONTRACT §11)
+        hid = f"; the work left the square at {threshold} reporters"
+        note = f"reporter {me}{hid if outcome == 'HIDE' else ''}"
+        record = Record(
+            source="report",
+            verdict="reported",
+            account=owner,
+            work=wid,
+            text=reason.strip(),
+            note=note,
+        )
+        await app[MODERATION].log.append(record)
     return web.Response(status=204, headers={"Cache-Control": "no-store"})
 
 

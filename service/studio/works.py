@@ -170,8 +170,13 @@ class WorkStore:
         if int(listed):
             await self._square.set_favorites(wid, int(count), int(change))
 
-    async def report(self, me: str, wid: str, threshold: int) -> None:
-        """Count a distinct reporter; at the threshold the work leaves the square."""
+    async def report(self, me: str, wid: str, threshold: int) -> tuple[str, str]:
+        """Count a distinct reporter; at the threshold the work leaves the square.
+
+        Returns the outcome (OK: counted; HIDE: counted, and the work left the
+        square; REPEAT: this reporter counted before; SELF: the owner's own,
+        counted for nothing) and whose work it is.
+        """
         try:
             owner = await self.owner_of(me, wid)
         except WorkNotFound:  # hidden by reports: a repeat of mine still counts once
@@ -180,11 +185,13 @@ class WorkStore:
                 raise
             owner = text(hidden)
         reply = await self._run(owner, "report", wid, me, threshold)
-        if text(reply[0]) == "HIDE":
+        outcome = text(reply[0])
+        if outcome == "HIDE":
             # Whose it is is kept before it leaves the square, so a report that
             # races this one finds its owner in one place or the other.
             await self._redis.hset(HIDDEN, wid, owner)
             await self._square.remove(wid)
+        return outcome, owner
 
     async def restore(self, wid: str) -> bool:
         """Bring a hidden work back to the square (an operator's decision)."""

@@ -70,10 +70,10 @@ if action == 'report' then
   if work.hidden then
     -- Off the square: a repeat by one who reported it counts once; to anyone
     -- else it is as absent as any work they cannot see.
-    if redis.call('SISMEMBER', REPORTS, ARGV[3]) == 1 then return {'OK'} end
+    if redis.call('SISMEMBER', REPORTS, ARGV[3]) == 1 then return {'REPEAT'} end
     return {'NOT_FOUND'}
   end
-  redis.call('SADD', REPORTS, ARGV[3])
+  if redis.call('SADD', REPORTS, ARGV[3]) == 0 then return {'REPEAT'} end
   if redis.call('SCARD', REPORTS) >= tonumber(ARGV[4]) then
     work.hidden = true
     save()
