@@ -218,6 +218,8 @@ class FakeProvider(abc.ABC):
 
     blocked_words: set[str] = field(default_factory=set)
     block_images: bool = False
+    # Refuse only the image checked in this place (1: the first), when set.
+    block_image_at: int = 0
     # The image verdict's raw word instead (a middle one, an unknown one).
     image_verdict: str = ""
     hang_images: bool = False
@@ -279,6 +281,10 @@ class FakeProvider(abc.ABC):
         except (aiohttp.ClientError, TimeoutError):
             return None
 
+    def refuses(self) -> bool:
+        """Tell whether the image check being answered is refused."""
+        return self.block_images or self.images() == self.block_image_at
+
     async def looked_at(self, data: bytes) -> None:
         """Decode the image (a real one, or this fails loudly); hang if told to."""
         Image.open(io.BytesIO(data)).verify()
@@ -334,15 +340,14 @@ class FakeTencent(FakeProvider):
             )
         data = base64.b64decode(params["FileContent"])
         await self.looked_at(data)
-        suggestion, label = (
-            ("Block", "Porn") if self.block_images else ("Pass", "Normal")
-        )
+        blocked = self.refuses()
+        suggestion, label = ("Block", "Porn") if blocked else ("Pass", "Normal")
         return self._answer(
             {
                 "Suggestion": self.image_verdict or suggestion,
                 "Label": label,
                 "SubLabel": "",
-                "Score": 97 if self.block_images else 0,
+                "Score": 97 if blocked else 0,
                 "FileMD5": hashlib.md5(data).hexdigest(),
             }
         )
@@ -403,9 +408,7 @@ class FakeAliyun(FakeProvider):
         if data is None:
             return self._answer({"Code": 408, "Message": "download image failed"})
         await self.looked_at(data)
-        return self._verdict(
-            self.block_images, self.image_label, "", self.image_verdict
-        )
+        return self._verdict(self.refuses(), self.image_label, "", self.image_verdict)
 
     def _verdict(
         self, blocked: bool, label: str, words: str, level: str = ""
@@ -476,7 +479,7 @@ class FakeVolcengine(FakeProvider):
         if data is None:
             return self._answer(action, {"Result": {"Code": 60006, "Message": "url"}})
         await self.looked_at(data)
-        return self._verdict(action, self.block_images, self.image_verdict)
+        return self._verdict(action, self.refuses(), self.image_verdict)
 
     def _verdict(self, action: str, blocked: bool, decision: str = "") -> web.Response:
         data: dict[str, Any] = {

@@ -12,6 +12,7 @@ from service.studio.media.demo_art import (
     render_image,
     render_video,
     thumbnail_webp,
+    video_frames,
     video_info,
     video_poster,
 )
@@ -158,3 +159,18 @@ def test_the_poster_shrinks_to_max_side(clip: bytes) -> None:
     """max_side bounds the poster's longest side too."""
     _, width, height = video_poster(clip, max_side=160)
     assert (width, height) == (160, 120)
+
+
+def test_frames_are_sampled_each_step_after_the_first_up_to_the_most(
+    clip: bytes,
+) -> None:
+    """1.5 s at 24 fps: frames at 0.5 and 1.0 s (the poster is the one at 0)."""
+    frames = video_frames(clip, 0.5, 9, max_side=160)
+    assert len(frames) == 2
+    poster, _, _ = video_poster(clip, max_side=160)
+    pictures = [Image.open(io.BytesIO(data)) for data in (poster, *frames)]
+    assert [(p.format, p.size) for p in pictures] == [("WEBP", (160, 120))] * 3
+    pixels = [p.convert("RGB").tobytes() for p in pictures]
+    assert len(set(pixels)) == 3  # the shapes move: three different stills
+    assert len(video_frames(clip, 0.5, 1)) == 1
+    assert video_frames(clip, 2.0, 9) == []  # shorter than one step

@@ -294,7 +294,7 @@ async def _books(client: Client) -> list[str]:
     ("body", "price"),
     [
         ({"model": "seedream-4", "count": 2}, 12),
-        ({"model": "kling-2-1", "size": "1280x720"}, 120),  # checked by its poster
+        ({"model": "kling-2-1", "size": "1280x720"}, 120),  # its poster refused
     ],
     ids=["images", "video"],
 )
@@ -328,6 +328,39 @@ async def test_a_refused_output_is_refunded_once_and_leaves_no_media(
     assert (record["source"], record["generation"], record["rule"]) == (
         "output", gid, fake.image_label,
     )  # fmt: skip
+
+
+async def test_a_clip_is_checked_by_its_poster_and_a_frame_each_second_after_it(
+    studio: MakeClient, provider_env: Env, fake: FakeProvider, mail_server: MailCatcher,
+    redis: Redis,
+) -> None:  # fmt: skip
+    """A 5 s clip is five image checks; a refused late frame fails it, refunded;
+    the sampled frames are deleted once checked, whatever the verdict."""
+    client = await studio(**provider_env, STUDIO_TRIAL_CREDITS="300")
+    await sign_in(client, mail_server)
+    body = {"model": "kling-2-1", "size": "1280x720", "prompt": "a lamp"}
+    fake.block_image_at = 3  # the frame at 2 s
+    refused = (await (await client.post("/api/generations", json=body)).json())["id"]
+    with worker_process(provider_env):
+        done = await wait_for_status(client, refused, {"succeeded", "failed"}, 60)
+        assert (done["status"], done["error"], done["refunded"]) == (
+            "failed", "CONTENT_BLOCKED", True,
+        )  # fmt: skip
+        assert fake.images() == 3  # the first refusal decides
+        assert _files(Path(provider_env["STUDIO_MEDIA_DIR"])) == []
+        fake.block_image_at = 0
+        passed = (await (await client.post("/api/generations", json=body)).json())["id"]
+        done = await wait_for_status(client, passed, {"succeeded", "failed"}, 60)
+    assert done["status"] == "succeeded", done
+    assert fake.images() == 3 + 5  # the poster, then 1, 2, 3 and 4 s
+    (work,) = done["works"]
+    kept = sorted(p.name for p in _files(Path(provider_env["STUDIO_MEDIA_DIR"])))
+    shown = sorted(
+        url.rsplit("/", 1)[1] for url in (work["media_url"], work["thumb_url"])
+    )
+    assert kept == shown  # the clip and its poster; no sampled frame is left
+    (record,) = [r async for r in ModerationLog(redis, 180).read()]
+    assert (record["source"], record["generation"]) == ("output", refused)
 
 
 async def _submit_to_a_hanging_provider(

@@ -1,4 +1,4 @@
-"""The output check: a generation's images (a video by its poster) before it succeeds.
+"""The output check: a generation's images (a clip by its poster and sampled frames).
 
 A worker calls it once the outputs are stored and before the generation is
 settled. A refusal fails the generation CONTENT_BLOCKED (refunded, its media
@@ -40,6 +40,11 @@ class OutputCheck:
     def __init__(self, settings: ModerationSettings) -> None:
         self._provider: Provider | None = provider_for(settings)
         self._timeout = settings.timeout
+
+    @property
+    def enabled(self) -> bool:
+        """Tell whether outputs are checked at all (a provider is configured)."""
+        return self._provider is not None
 
     async def check(
         self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import functools
 import json
 import logging
 import os
@@ -13,7 +14,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -56,6 +57,15 @@ STILL_ASK_SECONDS: Final = 2.0
 
 class JobGone(Exception):
     """The generation was canceled or settled elsewhere: stop working on it."""
+
+
+class _Stored(NamedTuple):
+    """A job's outputs as stored: its works, every key written, and of those the
+    sampled frames that are only for the output check."""
+
+    works: list[dict[str, Any]]
+    keys: list[str]
+    probes: list[str]
 
 
 @dataclass
@@ -248,7 +258,7 @@ class Worker:
             self._timings.started(time.time())
         try:
             async with asyncio.timeout(max(0.0, remaining)):
-                works, keys = await self._produce(account, gid, entry, fields)
+                works, keys, probes = await self._produce(account, gid, entry, fields)
         except TimeoutError:
             await self._fail(account, gid, entry, "TIMED_OUT", model, started)
             return
@@ -269,7 +279,7 @@ class Worker:
         shown = [w["thumb_key" if w["kind"] == "video" else "media_key"] for w in works]
         try:  # the moderation provider's look at every output, if one is set
             await self.output_check.check(
-                shown, self._picture, float(job["deadline"]),
+                shown + probes, self._picture, float(job["deadline"]),
                 account=account, generation=fields,
             )  # fmt: skip
         except OutputRefused as refused:
@@ -281,6 +291,8 @@ class Worker:
         except BaseException:  # canceled or stopped while it was asked
             await self._discard(keys)
             raise
+        await self._discard(probes)  # checked: a clip's sampled frames go
+        keys = [key for key in keys if key not in probes]
         ack = entry_in(entry, account)  # settled and finished in one step
         outcome, _ = await self.generations.settle(
             account, gid, "succeed", *_succeed_args(works), ack=ack
@@ -352,7 +364,7 @@ class Worker:
 
     async def _produce(
         self, account: str, gid: str, entry: str, fields: dict[str, str]
-    ) -> tuple[list[dict[str, Any]], list[str]]:
+    ) -> _Stored:
         """Ask the upstream (retrying transient faults), then store the media."""
         model = self._models.get(fields["model"])
         if model is None:
@@ -438,21 +450,19 @@ class Worker:
 
     async def _publishable(
         self, gid: str, fields: dict[str, str], outputs: list[Output]
-    ) -> tuple[list[dict[str, Any]], list[str]]:
+    ) -> _Stored:
         """Store each output with its thumbnail; describe it as a work."""
         loop = asyncio.get_running_loop()
-        works, keys = [], []
+        works, keys, probes = [], [], []
         created = iso(now())
         labeled = []  # every output labeled before any is stored
+        finishing = functools.partial(
+            finish, self.settings.labels, frames=self.output_check.enabled
+        )
         for output in outputs:
             work_id = secrets.token_hex(10)  # the labels' ProduceID and PropagateID
             finished = await loop.run_in_executor(
-                None,
-                finish,
-                self.settings.labels,
-                output.data,
-                output.extension,
-                work_id,
+                None, finishing, output.data, output.extension, work_id
             )
             labeled.append((output, work_id, finished))
         for output, work_id, finished in labeled:
@@ -465,6 +475,10 @@ class Worker:
             await self.media.put(key, finished.data)
             await self.media.put(thumb_key, finished.thumb)
             keys += [key, thumb_key]
+            for frame in finished.frames:  # for the output check, then deleted
+                probes.append(probe := new_key("webp"))
+                keys.append(probe)
+                await self.media.put(probe, frame)
             work: dict[str, Any] = {
                 "id": work_id,
                 "generation_id": gid,
@@ -488,7 +502,7 @@ class Worker:
                 "thumb_key": thumb_key,
             }
             works.append(work)
-        return works, keys
+        return _Stored(works, keys, probes)
 
     async def _janitor(self, stop: asyncio.Event) -> None:
         """Renew leases, take over silent workers' jobs, end the late ones."""

@@ -245,6 +245,28 @@ def video_poster(
     raise ValueError("the video has no frames")
 
 
+@releasing
+def video_frames(
+    video_bytes: bytes, every_seconds: float, most: int, max_side: int = 512
+) -> list[bytes]:
+    """Sample a clip past its first frame: one WebP each `every_seconds`, at most
+    `most`, for a moderation provider (the poster shows the first frame)."""
+    frames: list[bytes] = []
+    mark = every_seconds
+    with av.open(io.BytesIO(video_bytes), mode="r") as container:
+        stream = container.streams.video[0]
+        for frame in container.decode(stream):
+            if len(frames) >= most:
+                break
+            if frame.time is None or frame.time < mark:
+                continue
+            image: Image.Image = frame.to_image()  # type: ignore[no-untyped-call]
+            frames.append(_webp(image, max_side, b"")[0])
+            while mark <= frame.time:  # a gap longer than a step skips its marks
+                mark += every_seconds
+    return frames
+
+
 def video_info(video_bytes: bytes) -> tuple[int, int, float]:
     """Read a clip's width, height and duration in seconds without decoding it."""
     with av.open(io.BytesIO(video_bytes), mode="r") as container:
