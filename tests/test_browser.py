@@ -789,6 +789,10 @@ async def test_every_work_and_player_shows_the_ai_badge(
         await screenshot(page, "square-badge")
         viewer = page.locator("#viewer")
         await page.get_by_role("radio", name="Videos").check()
+        # A clip's poster whole, so the AI生成 burnt into its corner shows too.
+        poster = page.locator("#square-grid .tile.video img").last
+        await expect(poster).to_have_css("object-fit", "contain")
+        await screenshot(page, "square-videos")
         await tiles.last.get_by_role("button").click()
         await expect(viewer.locator("video")).to_be_visible()
         await expect(viewer.locator("#v-media .ai-badge")).to_be_visible()

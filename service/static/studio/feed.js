@@ -103,7 +103,7 @@ export class Feed {
     const label = work.prompt.length > 120 ? `${work.prompt.slice(0, 119)}…` : work.prompt;
     return h('li', { dataset: { id: work.id } },
       h('button', {
-        type: 'button', class: 'tile',
+        type: 'button', class: work.kind === 'video' ? 'tile video' : 'tile',
         on: { click: (event) => this.open(this, this.indexOf(work.id, index), event.currentTarget) },
       },
       h('img', { src: work.thumb_url, alt: label, loading: 'lazy', decoding: 'async', width: 512, height: 512 }),

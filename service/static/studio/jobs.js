@@ -89,7 +89,7 @@ function card(g) {
     RETRYABLE.has(g.status) ? h('button', { type: 'button', class: 'job-retry', text: t('try_again'), on: { click: (e) => tryAgain(g, e.currentTarget) } }) : null,
     works.length ? h('ul', { class: 'grid' }, works.map((work, i) => h('li', {},
       h('button', {
-        type: 'button', class: 'tile',
+        type: 'button', class: work.kind === 'video' ? 'tile video' : 'tile',
         on: { click: (e) => openViewer(view, i, e.currentTarget) },
       }, h('img', { src: work.thumb_url, alt: work.prompt, loading: 'lazy', width: 512, height: 512 }),
       aiBadge(),
