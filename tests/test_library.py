@@ -336,6 +336,17 @@ async def test_top_sorts_by_favorites_and_pages_stay_stable_while_counts_change(
     assert len(seen) == len(set(seen))
 
 
+async def _one_published(
+    make_client: Factory, mail_server: MailCatcher, redis: Redis, tmp_path: Path
+) -> tuple[Client, dict[str, Any], dict[str, Any]]:
+    """A signed-in owner with one work in the square: (client, account, work)."""
+    owner = await make_client()
+    me = await sign_in(owner, mail_server)
+    (work,) = await make_works(redis, tmp_path, me["id"], 1)
+    await owner.post(f"/api/works/{work['id']}/publish")
+    return owner, me, work
+
+
 async def test_reports_hide_a_work_after_three_accounts_and_an_operator_restores(
     make_client: Factory,
     mail_server: MailCatcher,
@@ -344,10 +355,7 @@ async def test_reports_hide_a_work_after_three_accounts_and_an_operator_restores
     tmp_path: Path,
 ) -> None:
     """Distinct reporters count once each; the owner's own report counts for nothing."""
-    owner = await make_client()
-    me = await sign_in(owner, mail_server)
-    (work,) = await make_works(redis, tmp_path, me["id"], 1)
-    await owner.post(f"/api/works/{work['id']}/publish")
+    owner, _, work = await _one_published(make_client, mail_server, redis, tmp_path)
     path = f"/api/works/{work['id']}/report"
     # A missing reason is a bad one too (CONTRACT §6, details 12).
     for body in ({}, {"reason": ""}, {"reason": 5}, {"reason": "x" * 501}):
@@ -454,10 +462,7 @@ async def test_each_counted_report_is_one_moderation_log_record_naming_its_repor
     make_client: Factory, mail_server: MailCatcher, redis: Redis, tmp_path: Path
 ) -> None:
     """CONTRACT §11: every report is a record; a repeat or the owner's own is none."""
-    owner = await make_client()
-    me = await sign_in(owner, mail_server)
-    (work,) = await make_works(redis, tmp_path, me["id"], 1)
-    await owner.post(f"/api/works/{work['id']}/publish")
+    owner, me, work = await _one_published(make_client, mail_server, redis, tmp_path)
     path = f"/api/works/{work['id']}/report"
     assert (await owner.post(path, json={"reason": "mine"})).status == 204
     reporters = [await make_client() for _ in range(3)]

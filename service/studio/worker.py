@@ -60,8 +60,8 @@ class JobGone(Exception):
 
 
 class _Stored(NamedTuple):
-    """A job's outputs as stored: its works, every key written, and of those the
-    sampled frames that are only for the output check."""
+    """A job's outputs as stored: its works, their files' keys, and the keys of
+    the sampled frames that are only for the output check."""
 
     works: list[dict[str, Any]]
     keys: list[str]
@@ -283,16 +283,15 @@ class Worker:
                 account=account, generation=fields,
             )  # fmt: skip
         except OutputRefused as refused:
-            await self._discard(keys)
+            await self._discard(keys + probes)
             await self._fail(
                 account, gid, entry, refused.code, model, started, refused.record
             )
             return
         except BaseException:  # canceled or stopped while it was asked
-            await self._discard(keys)
+            await self._discard(keys + probes)
             raise
         await self._discard(probes)  # checked: a clip's sampled frames go
-        keys = [key for key in keys if key not in probes]
         ack = entry_in(entry, account)  # settled and finished in one step
         outcome, _ = await self.generations.settle(
             account, gid, "succeed", *_succeed_args(works), ack=ack
@@ -477,7 +476,6 @@ class Worker:
             keys += [key, thumb_key]
             for frame in finished.frames:  # for the output check, then deleted
                 probes.append(probe := new_key("webp"))
-                keys.append(probe)
                 await self.media.put(probe, frame)
             work: dict[str, Any] = {
                 "id": work_id,
