@@ -30,12 +30,21 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 # /data/media is the media store's volume (compose mounts it in app and worker).
 # Every dependency pinned and checked against its hash, prebuilt wheels only;
 # then the service's wheel, which brings nothing else in.
+# Bytecode is compiled here, for the level every process runs at
+# (PYTHONOPTIMIZE=2, below): the base image ships its standard library without
+# any, and nothing may write it at run time (PYTHONDONTWRITEBYTECODE, a
+# read-only /usr/local for the studio user), so each process would otherwise
+# compile every module it imports, each time it starts.
 COPY --from=build /wheels /wheels
 RUN pip install --require-hashes --only-binary=:all: -r /wheels/requirements.lock \
     && pip install --no-deps /wheels/*.whl \
     && rm -rf /wheels \
+    && python -m compileall -q -j0 -o 2 /usr/local/lib/python3.11 \
     && useradd --system --uid 10001 --no-create-home studio \
     && mkdir -p /data/media && chown studio /data/media
+
+# No docstrings or asserts in memory: `serve` holds 2.3 MB less (bench/memory.py).
+ENV PYTHONOPTIMIZE=2
 
 WORKDIR /app
 USER studio

@@ -11,6 +11,10 @@ accounts), and samples each process's resident memory (VmRSS, /proc) while:
   part of the mix);
 - `worker` runs --jobs (1,000) demo jobs submitted through `serve`, every
   --video-every'th one a video (PyAV encodes it), the rest images.
+Both run as the image runs them: PYTHONOPTIMIZE=2 (no docstrings or
+asserts), with bytecode compiled for that level first, as the Dockerfile
+does. Beside it, the baseline: the same `serve` load on a plain
+`python -m service serve` (no optimization), in the same run.
 It prints each one's RSS after start-up and after its load, the medians of
 the samples taken in each half of the load (their difference is the growth)
 and the peak, beside the targets (serve <= 60 MB, worker <= 150 MB after the
@@ -22,9 +26,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import compileall
 import itertools
 import os
+import re
 import statistics
+import subprocess
+import sysconfig
 import tempfile
 import time
 from collections import Counter
@@ -32,7 +40,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
-from jobs import healthy, sign_in, start, studio_environ
+from jobs import ROOT, healthy, sign_in, start, studio_environ
 from redis.asyncio import Redis
 
 from service.store.embedded import MailCatcher, RedisServer, free_port
@@ -55,6 +63,10 @@ MIX = [
 # 64 clients, each on its own loopback address and kept-alive connection.
 SOURCES = [f"127.0.1.{n}" for n in range(1, 65)]
 ACCOUNTS = 10
+# The image's interpreter setting (Dockerfile), and the plain baseline.
+AS_THE_IMAGE = "2"
+PLAIN = "0"
+TESTS = re.compile(r"/(tests?|idle_test)/")
 IMAGE = {"model": "seedream-4", "prompt": "a lamp on a desk"}
 VIDEO = {"model": "kling-2-1", "prompt": "a lamp on a desk, slowly turning"}
 
@@ -165,28 +177,65 @@ async def _jobs(
     return samples
 
 
+def compile_for_the_image() -> None:
+    """Compile bytecode at the image's level, as its build does (once; kept)."""
+    paths = {sysconfig.get_path(name) for name in ("stdlib", "purelib", "platlib")}
+    for path in [*sorted(paths), str(ROOT / "service")]:
+        # Test directories are imported by nobody (the image has none), and
+        # the standard library's hold files written not to compile.
+        compileall.compile_dir(path, quiet=2, workers=0, optimize=2, rx=TESTS)
+
+
+def at_level(environ: dict[str, str], optimize: str) -> dict[str, str]:
+    """The same settings, for a process run at an optimization level."""
+    return environ | {"PYTHONOPTIMIZE": optimize}
+
+
+async def _serve_load(
+    args: argparse.Namespace, environ: dict[str, str], optimize: str
+) -> tuple[str, subprocess.Popen[bytes]]:
+    """Start `serve` at an optimization level, load it, and return its line."""
+    url = environ["STUDIO_BASE_URL"]
+    serve = start(["-m", "service", "serve"], at_level(environ, optimize), 0)
+    try:
+        await healthy(url)
+        mode = "as the image runs it" if optimize == AS_THE_IMAGE else "plain"
+        print(f"serve ({mode}, PYTHONOPTIMIZE={optimize}): {args.requests} requests")
+        started = time.monotonic()
+        served = await _requests(url, args.requests, serve.pid)
+        seconds = time.monotonic() - started
+        print(f"  {args.requests / seconds:.0f} req/s")
+    except BaseException:
+        serve.terminate()
+        serve.wait(timeout=30)
+        raise
+    name = "serve" if optimize == AS_THE_IMAGE else "plain"
+    return served.line(name, SERVE_TARGET_MB), serve
+
+
 async def _run(args: argparse.Namespace) -> None:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    compile_for_the_image()
     with (
         tempfile.TemporaryDirectory() as scratch,
         RedisServer(data_dir=Path(scratch) / "redis") as redis,
         MailCatcher() as mail,
     ):
-        environ = studio_environ(redis.url, mail, Path(scratch) / "media", port)
-        serve = start(["-m", "service", "serve"], environ, 0)
+        media = Path(scratch) / "media"
+        plain_line, plain = await _serve_load(
+            args, studio_environ(redis.url, mail, media, free_port()), PLAIN
+        )
+        plain.terminate()
+        plain.wait(timeout=30)
+        environ = studio_environ(redis.url, mail, media, free_port())
+        url = environ["STUDIO_BASE_URL"]
+        serve_line, serve = await _serve_load(args, environ, AS_THE_IMAGE)
         worker = None
         try:
-            await healthy(url)
-            print(f"serve: {args.requests} mixed requests")
-            started = time.monotonic()
-            served = await _requests(url, args.requests, serve.pid)
-            seconds = time.monotonic() - started
-            serve_line = served.line("serve", SERVE_TARGET_MB)
-            print(f"  {args.requests / seconds:.0f} req/s")
             videos = args.jobs // args.video_every
             print(f"worker: {args.jobs} demo jobs, {videos} of them videos")
-            worker = start(["-m", "service", "worker"], environ, 1)
+            worker = start(
+                ["-m", "service", "worker"], at_level(environ, AS_THE_IMAGE), 1
+            )
             await asyncio.sleep(3)  # its start-up, before the first sample
             drained = await _jobs(url, mail, redis.url, args, worker.pid)
             worker_line = drained.line("worker", WORKER_TARGET_MB)
@@ -197,6 +246,7 @@ async def _run(args: argparse.Namespace) -> None:
                     process.terminate()
                     process.wait(timeout=30)
     print("load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
+    print(plain_line)
     print(serve_line)
     print(f"       (and after the {args.jobs} submits too: {after_submits:.1f} MB)")
     print(worker_line)

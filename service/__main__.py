@@ -19,6 +19,10 @@ from .loop import new_loop
 from .settings import SettingsError, load_settings
 
 _LOGGER: Final = logging.getLogger("service")
+# `--help`'s description: not __doc__, which the image's PYTHONOPTIMIZE=2 drops.
+DESCRIPTION: Final = (
+    "Command line: `serve` for production, `dev` for `make run` with embedded servers."
+)
 
 
 def _positive(text: str) -> int:
@@ -30,7 +34,7 @@ def _positive(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse the command and run it; a bad setting exits 2 with one line."""
-    parser = argparse.ArgumentParser(prog="studio", description=__doc__)
+    parser = argparse.ArgumentParser(prog="studio", description=DESCRIPTION)
     commands = parser.add_subparsers(dest="command", required=True)
     serve_parser = commands.add_parser("serve", help="run the service (production)")
     serve_parser.add_argument(

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import jsonschema
 import yaml
 
+from service.labels.finish import read_labels
 from service.settings import ROOT, load_settings, require_production
+from service.store.embedded import MailCatcher, RedisServer
+
+from .conftest import TEST_SECRET, latest_code
+from .processes import running, studio_environ
+from .workbench import new_address, worker_process
 
 SCHEMAS = Path(__file__).parent / "schemas"
 
@@ -203,3 +214,100 @@ def test_dockerfile_builds_a_wheel_and_runs_only_the_installed_package() -> None
     assert copies
     assert all(line.startswith("COPY --from=") for line in copies)
     assert not any("pip install -e" in line for line in build + runtime)
+
+
+def _image_level() -> str:
+    """The PYTHONOPTIMIZE the runtime image sets for every process it runs."""
+    _, runtime = _stages()
+    (level,) = (
+        line.split("=", 1)[1]
+        for line in runtime
+        if line.startswith("ENV PYTHONOPTIMIZE=")
+    )
+    return level
+
+
+def test_the_image_compiles_its_bytecode_for_the_level_it_runs_at() -> None:
+    """Its base image ships the standard library without bytecode and nothing may
+    write any at run time, so the build compiles all of it, at the image's level,
+    before that level is set."""
+    _, runtime = _stages()
+    level = _image_level()
+    assert level == "2"
+    assert "ENV PYTHONDONTWRITEBYTECODE=1 \\" in runtime
+    compiles = next(
+        i for i, line in enumerate(runtime) if "python -m compileall" in line
+    )
+    assert f"-o {level} /usr/local/lib/python3.11" in runtime[compiles]
+    setting = runtime.index(f"ENV PYTHONOPTIMIZE={level}")
+    assert compiles < setting
+
+
+def test_help_keeps_its_description_at_the_images_level() -> None:
+    """`studio --help` says what it is without docstrings (PYTHONOPTIMIZE=2)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "service", "--help"],
+        cwd=ROOT,
+        env=studio_environ(PYTHONOPTIMIZE=_image_level()),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "`serve` for production" in done.stdout
+
+
+async def _signed_in(base: str, mail: MailCatcher) -> aiohttp.ClientSession:
+    session = aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True))
+    email = new_address()
+    async with session.post(f"{base}/api/auth/code", json={"email": email}) as r:
+        assert r.status == 200, await r.text()
+    code = latest_code(mail, email)
+    body = {"email": email, "code": code}
+    async with session.post(f"{base}/api/auth/verify", json=body) as r:
+        assert r.status == 200, await r.text()
+    return session
+
+
+async def test_serve_and_a_worker_at_the_images_level_make_a_labeled_work(
+    redis_server: RedisServer, mail_server: MailCatcher, tmp_path: Path
+) -> None:
+    """Without docstrings or asserts, as the image runs them, a demo generation
+    goes from the submit to a stored picture that carries its TC260 label."""
+    variables = {
+        "PYTHONOPTIMIZE": _image_level(),
+        "STUDIO_REDIS_URL": redis_server.url,
+        "STUDIO_SECRET_KEY": TEST_SECRET,
+        "STUDIO_SMTP_HOST": mail_server.host,
+        "STUDIO_SMTP_PORT": str(mail_server.port),
+        "STUDIO_DEMO_UPSTREAM": "1",
+        "STUDIO_DEMO_SECONDS": "0",
+        "STUDIO_MEDIA_DIR": str(tmp_path / "media"),
+    }
+    # No bytecode for this level may be there yet: each process compiles it.
+    with (
+        running("serve", variables, timeout=60) as (base, _),
+        worker_process(variables),
+    ):
+        session = await _signed_in(base, mail_server)
+        async with session:
+            body = {"model": "seedream-4", "prompt": "a lamp on a desk", "seed": 3}
+            async with session.post(f"{base}/api/generations", json=body) as r:
+                assert r.status == 202, await r.text()
+                gid = (await r.json())["id"]
+            deadline = time.monotonic() + 60
+            while True:
+                async with session.get(f"{base}/api/generations/{gid}") as r:
+                    generation = await r.json()
+                if generation["status"] == "succeeded":
+                    break
+                assert generation["status"] in {"queued", "running"}, generation
+                assert time.monotonic() < deadline, "the generation never succeeded"
+                await asyncio.sleep(0.1)
+            (work,) = generation["works"]
+            async with session.get(base + work["media_url"]) as r:
+                assert r.status == 200
+                picture = await r.read()
+    label = read_labels(picture, "png").parsed()
+    assert label is not None
+    assert label["ProduceID"] == work["id"]
