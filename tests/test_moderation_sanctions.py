@@ -10,13 +10,21 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from redis.asyncio import Redis
 
-from service.account.deletion import DeletionStore
+from service.account.deletion import PURGE_QUEUE, DeletionStore
+from service.auth.accounts import KEPT_SECONDS
 from service.auth.sessions import SessionStore
 from service.moderation.log import ModerationLog
 from service.moderation.sanctions import Sanctions
-from service.moderation.suspension import AccountSuspended
+from service.moderation.suspension import (
+    ADDRESS_KEPT_SECONDS,
+    AccountSuspended,
+    address_suspension_key,
+    refuse_if_address_suspended,
+    suspension_key,
+)
 from service.store.embedded import MailCatcher, RedisServer
 from service.studio.generations import GenerationStore
 from service.studio.ledger import Ledger
@@ -208,3 +216,85 @@ async def test_a_sign_in_racing_a_suspension_never_keeps_a_session(
         live = [key for key in found if await redis.exists(key)]
         assert live == []
         assert await sanctions.restore(account.id)
+
+
+def _stores(
+    redis: Redis, make_settings: SettingsFactory, media: Path
+) -> tuple[DeletionStore, Sanctions]:
+    settings = make_settings(STUDIO_MEDIA_DIR=str(media))
+    deletions = DeletionStore.build(redis, settings, DirectoryStore(media))
+    return deletions, Sanctions(redis, deletions, ModerationLog(redis, 180))
+
+
+async def test_a_suspension_outlives_the_deleted_account_at_its_address(
+    studio: MakeClient,
+    mail_server: MailCatcher,
+    redis: Redis,
+    redis_server: RedisServer,
+    make_settings: SettingsFactory,
+    tmp_path: Path,
+) -> None:
+    """Deleted first, suspended in the grace days, then purged: the address is
+    refused until the suspension ends, opens no account, and the refused sign-in
+    does not undo the deletion; `accounts restore EMAIL` lifts it."""
+    client = await studio()
+    email = new_address()
+    me = await sign_in(client, mail_server, email)
+    deletions, sanctions = _stores(redis, make_settings, tmp_path / "media")
+    await deletions.delete(me["id"])
+    done = await sanctions.suspend(me["id"], "prohibited prompts", 3, source="operator")
+
+    stranger = await studio()
+    response = await _verify(stranger, mail_server, email, redis)
+    assert await response.json() == {"error": "ACCOUNT_SUSPENDED", "until": done.until}
+    assert await redis.zscore(PURGE_QUEUE, me["id"]) is not None  # still deleting
+
+    assert await deletions.purge(me["id"], now=time.time() + 8 * 86400)
+    assert await deletions.accounts.find(email) is None
+    assert not await redis.exists(suspension_key(me["id"]))  # the account's is gone
+    response = await _verify(stranger, mail_server, email, redis)
+    assert response.status == 403
+    assert await response.json() == {"error": "ACCOUNT_SUSPENDED", "until": done.until}
+    assert await deletions.accounts.find(email) is None  # no new account either
+    (address_key, *_) = deletions.accounts.address_keys(email)
+    left = await redis.ttl(address_suspension_key(address_key))
+    assert 3 * 86400 - 60 < left <= 3 * 86400
+
+    environ = studio_environ(
+        STUDIO_REDIS_URL=redis_server.url, STUDIO_SECRET_KEY=TEST_SECRET
+    )
+    restored = await studio_command("accounts", "restore", email, environ=environ)
+    assert restored.returncode == 0, restored.stderr
+    assert "restored (its account was deleted)" in restored.stdout
+    again = await studio_command("accounts", "restore", email, environ=environ)
+    assert again.returncode == 1
+    response = await _verify(stranger, mail_server, email, redis)
+    assert response.status == 200, await response.text()
+    body = await response.json()
+    assert body["new_account"] is True
+    assert body["user"]["id"] != me["id"]
+    log = ModerationLog(redis, 180)
+    verdicts = [(r["verdict"], r["account"]) async for r in log.read(account=me["id"])]
+    assert verdicts == [("suspended", me["id"]), ("restored", me["id"])]
+
+
+async def test_a_suspension_kept_only_on_its_account_moves_to_its_address_at_purge(
+    redis: Redis, make_settings: SettingsFactory, tmp_path: Path
+) -> None:
+    """A suspension written before addresses were marked (the account's hash
+    alone, for good) is carried to the address when the account is purged."""
+    deletions, _ = _stores(redis, make_settings, tmp_path / "media")
+    email = new_address()
+    account, _ = await deletions.accounts.open(email)
+    await redis.hset(suspension_key(account.id), mapping={"at": "2026-01-01T00:00:00Z"})
+    await deletions.delete(account.id)
+    keys = deletions.accounts.address_keys(email)
+    marks = [address_suspension_key(key) for key in keys]
+    assert not await redis.exists(*marks)
+    assert await deletions.purge(account.id, now=time.time() + 8 * 86400)
+    with pytest.raises(AccountSuspended) as refused:
+        await refuse_if_address_suspended(redis, keys)
+    assert refused.value.until is None
+    left = await redis.ttl(marks[0])
+    assert ADDRESS_KEPT_SECONDS - 60 < left <= ADDRESS_KEPT_SECONDS
+    assert ADDRESS_KEPT_SECONDS == KEPT_SECONDS  # as long as the trial mark

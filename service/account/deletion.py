@@ -32,6 +32,7 @@ from redis.asyncio.cluster import RedisCluster
 from ..auth.accounts import KEPT_SECONDS, AccountStore
 from ..auth.identity import Keyring
 from ..auth.sessions import SessionStore
+from ..moderation.suspension import suspend_addresses, suspension_key
 from ..settings import Settings
 from ..square.feed import SquareStore
 from ..store.connect import is_cluster
@@ -259,6 +260,7 @@ class DeletionStore:
         email, address = reply[1], reply[2]
         if email:
             await self._accounts.mark_trial(email, *([address] if address else []))
+            await self._keep_suspension(account_id, email, address)
         await self._sessions.end_all(account_id)
         await self._drop_favorites(account_id)
         await self._drop_works(account_id)
@@ -272,6 +274,25 @@ class DeletionStore:
         await self._redis.zrem(PURGE_QUEUE, account_id)
         _LOGGER.info("account %s purged", account_id)
         return True
+
+    async def _keep_suspension(self, account_id: str, email: str, address: str) -> None:
+        """Leave a suspension with the address: it outlives the account it was on.
+
+        A suspension since the address was first marked is there already; one
+        from before that is carried here, with the time it has left.
+        """
+        key = suspension_key(account_id)
+        at, until = await self._redis.hmget(key, ["at", "until"])
+        if at is None:
+            return
+        seconds = int(await self._redis.ttl(key))
+        await suspend_addresses(
+            self._redis,
+            self._accounts.address_keys(email) + ([address] if address else []),
+            account_id,
+            text(until) if until else None,
+            seconds if seconds > 0 else None,
+        )
 
     async def _drop_favorites(self, account_id: str) -> None:
         """Take back every favorite the account gave: others' counts drop exactly."""

@@ -147,11 +147,17 @@ async def verify(request: web.Request) -> web.StreamResponse:
         raise ApiError(400, "CODE_EXPIRED_REQUEST_NEW")
     if verdict is not Verdict.OK:
         raise ApiError(400, "INVALID_CODE")
+    sessions = app[SESSIONS]
+    # First: a suspended address neither restores a deletion nor opens an account.
+    try:
+        await sessions.refuse_address(app[ACCOUNTS].address_keys(address.email))
+    except AccountSuspended as err:
+        _LOGGER.info("sign-in refused: address %s is suspended", address.key[:12])
+        raise ApiError(403, "ACCOUNT_SUSPENDED", until=err.until) from None
     # Within its grace period a deleted account comes back whole; past it, the
     # address is let go of and opens a new account (without trial credits).
     restored = await app[RETURNING].on_sign_in(address.email)
     account, opened = await app[ACCOUNTS].open(address.email)
-    sessions = app[SESSIONS]
     if previous := read_cookie(request.headers, COOKIE):
         await sessions.delete(previous)
     try:

@@ -114,9 +114,15 @@ async def _accounts(
     deletions = await _deletions(settings, redis)
     email = args.email.strip().lower()
     account_id = await deletions.accounts.find(email)
-    if account_id is None:
-        return _refuse(f"no account for {email}")
     sanctions = Sanctions(redis, deletions, log)
+    if account_id is None:
+        # A deleted account's suspension stays with its address: lift it there.
+        if args.accounts_command == "restore" and await sanctions.restore_address(
+            email
+        ):
+            print(f"{email} restored (its account was deleted)")
+            return OK
+        return _refuse(f"no account for {email}")
     if args.accounts_command == "restore":
         if not await sanctions.restore(account_id):
             return _refuse(f"{email} is not suspended")

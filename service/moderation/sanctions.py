@@ -4,7 +4,8 @@ A suspension marks the account first (suspension.py: no session opens from
 then on), then ends every session, cancels and refunds its queued and running
 generations (the same step as deleting an account: account/deletion.py) and
 unpublishes its works, so they leave the square and stay off it after a
-restore until their author publishes them again.
+restore until their author publishes them again. The address is marked too
+(suspension.py), so the suspension outlives a deletion of the account.
 """
 
 from __future__ import annotations
@@ -21,7 +22,11 @@ from ..square.feed import SquareStore
 from ..studio.ledger import account_key, iso, now, text
 from ..studio.works import WorkNotFound, WorkStore
 from .log import ModerationLog, Record
-from .suspension import suspension_key
+from .suspension import (
+    lift_addresses,
+    suspend_addresses,
+    suspension_key,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +70,13 @@ class Sanctions:
             if days:
                 pipe.expire(key, days * 86400)
             await pipe.execute()
+        await suspend_addresses(
+            self._redis,
+            await self._address_keys(account_id),
+            account_id,
+            until,
+            days * 86400 if days else None,
+        )
         done = Suspended(
             until=until,
             sessions=await self._sessions.end_all(account_id),
@@ -99,11 +111,39 @@ class Sanctions:
             unpublished += 1
         return unpublished
 
+    async def _address_keys(self, account_id: str) -> list[str]:
+        """Return every keyed hash of the account's address: each key's, and its own."""
+        email, address = await self._redis.hmget(
+            account_key(account_id), ["email", "address"]
+        )
+        keys = self._deletions.accounts.address_keys(text(email)) if email else []
+        return keys + ([text(address)] if address else [])
+
     async def restore(self, account_id: str, note: str = "") -> bool:
         """Lift a suspension; False if the account was not suspended."""
-        if not await self._redis.delete(suspension_key(account_id)):
+        lifted = bool(await self._redis.delete(suspension_key(account_id)))
+        lifted |= bool(
+            await lift_addresses(self._redis, await self._address_keys(account_id))
+        )
+        if not lifted:
             return False
         await self._log.append(
             Record(source="operator", verdict="restored", account=account_id, note=note)
         )
         return True
+
+    async def restore_address(self, email: str, note: str = "") -> list[str]:
+        """Lift the suspension an address kept after its account was deleted;
+        return the accounts it named (none: the address was not suspended)."""
+        keys = self._deletions.accounts.address_keys(email)
+        accounts = await lift_addresses(self._redis, keys)
+        for account_id in dict.fromkeys(accounts):
+            await self._log.append(
+                Record(
+                    source="operator",
+                    verdict="restored",
+                    account=account_id,
+                    note=note or "the account was deleted: its address may sign in",
+                )
+            )
+        return accounts
