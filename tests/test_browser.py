@@ -35,6 +35,7 @@ from redis.asyncio import Redis
 
 from service.app import create_app
 from service.keys import SETTINGS
+from service.labels.explicit import stamp_for
 from service.settings import load_settings
 from service.store.embedded import MailCatcher, RedisServer
 
@@ -620,6 +621,40 @@ async def test_a_wrong_code_and_too_many_requests_are_said_in_words(
     again_seen.assert_clean()
 
 
+async def _assert_marks_uncovered(page: Page, published: Published) -> None:
+    """Nothing we draw over a published square picture's tile in My works covers
+    the AI生成 plate burnt into its bottom-right corner."""
+    sizes = {w["id"]: (w["width"], w["height"]) for w in published.works}
+    tiles = page.locator("#works-grid > li:has(.flag):not(:has(.tile.video))")
+    assert await tiles.count() > 0
+    for index in range(await tiles.count()):
+        tile = tiles.nth(index)
+        width, height = sizes[await tile.get_attribute("data-id") or ""]
+        assert width == height  # shown whole in a square tile: one scale
+        shown = await tile.locator("img").bounding_box()
+        assert shown is not None
+        scale = shown["width"] / width
+        left, top, right, bottom = stamp_for(width, height).box
+        plate = (
+            shown["x"] + left * scale,
+            shown["y"] + top * scale,
+            shown["x"] + right * scale,
+            shown["y"] + bottom * scale,
+        )
+        overlays = tile.locator(".ai-badge, .badge, .flag")
+        assert await overlays.count() >= 2
+        for n in range(await overlays.count()):
+            box = await overlays.nth(n).bounding_box()
+            assert box is not None
+            apart = (
+                box["x"] + box["width"] <= plate[0]
+                or box["x"] >= plate[2]
+                or box["y"] + box["height"] <= plate[1]
+                or box["y"] >= plate[3]
+            )
+            assert apart, f"{await overlays.nth(n).inner_text()} covers the mark"
+
+
 async def test_the_workbench_fits_a_360_px_wide_phone(
     live: Live, published: Published
 ) -> None:
@@ -663,6 +698,7 @@ async def test_the_workbench_fits_a_360_px_wide_phone(
     await page.get_by_role("link", name="My works").click()
     await expect(page.locator("#works-grid > li").first).to_be_visible()
     await fits("works")
+    await _assert_marks_uncovered(page, published)
     await page.get_by_role("link", name="Credits", exact=True).click()
     await expect(page.locator("#entries tr").first).to_be_visible()
     await fits("credits")

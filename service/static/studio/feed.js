@@ -3,6 +3,18 @@ import { h } from './dom.js';
 import { t } from './i18n.js';
 import { describe } from './api.js';
 
+/**
+ * A tile's kind and state, in a row at its bottom-left: the bottom-right is where a
+ * picture's own burnt-in AI生成 mark is, and nothing of ours may cover it.
+ */
+export function tileTags(work, published = false) {
+  const tags = [
+    work.kind === 'video' ? h('span', { class: 'badge', text: t('video_badge', { s: Math.round(work.duration || 0) }) }) : null,
+    published ? h('span', { class: 'flag', text: t('published_badge') }) : null,
+  ].filter(Boolean);
+  return tags.length ? h('span', { class: 'tags' }, tags) : null;
+}
+
 /** The AI-generated badge every work shows beside it (CONTRACT §10). */
 export function aiBadge() {
   return h('span', { class: 'ai-badge', text: t('ai_badge'), title: t('ai_badge_title') });
@@ -108,8 +120,7 @@ export class Feed {
       },
       h('img', { src: work.thumb_url, alt: label, loading: 'lazy', decoding: 'async', width: 512, height: 512 }),
       aiBadge(),
-      work.kind === 'video' ? h('span', { class: 'badge', text: t('video_badge', { s: Math.round(work.duration || 0) }) }) : null,
-      work.published_at && 'generation_id' in work ? h('span', { class: 'flag', text: t('published_badge') }) : null));
+      tileTags(work, work.published_at && 'generation_id' in work)));
   }
 
   indexOf(id, hint) {

@@ -3,7 +3,7 @@ import { $, h, toast, randomKey } from './dom.js';
 import { t, onLang, formatNumber } from './i18n.js';
 import { api, get, describe } from './api.js';
 import { state, on, emit, setBalance, modelName } from './state.js';
-import { List, aiBadge } from './feed.js';
+import { List, aiBadge, tileTags } from './feed.js';
 import { openViewer } from './viewer.js';
 
 const list = $('#jobs');
@@ -93,7 +93,7 @@ function card(g) {
         on: { click: (e) => openViewer(view, i, e.currentTarget) },
       }, h('img', { src: work.thumb_url, alt: work.prompt, loading: 'lazy', width: 512, height: 512 }),
       aiBadge(),
-      work.kind === 'video' ? h('span', { class: 'badge', text: t('video_badge', { s: Math.round(work.duration || 0) }) }) : null)))) : null,
+      tileTags(work))))) : null,
     h('p', { class: 'error', role: 'alert' }));
 }
 
