@@ -224,6 +224,7 @@ async def published(live: Live) -> Published:
     client = live.client
     user = await sign_in_api(client, live.mail)
     await live.grant(user["email"], 1000)
+    # The newest pictures are wide (3:2): shown whole, their mark is in view.
     gids = [
         await _submit(
             client,
@@ -231,6 +232,7 @@ async def published(live: Live) -> Published:
             prompt=f"a glass lighthouse, study {n}",
             count=4,
             seed=n,
+            size="1536x1024" if n == IMAGE_GENERATIONS - 1 else "1024x1024",
         )
         for n in range(IMAGE_GENERATIONS)
     ]
@@ -622,25 +624,35 @@ async def test_a_wrong_code_and_too_many_requests_are_said_in_words(
 
 
 async def _assert_marks_uncovered(page: Page, published: Published) -> None:
-    """Nothing we draw over a published square picture's tile in My works covers
-    the AI生成 plate burnt into its bottom-right corner."""
+    """The AI生成 plate burnt into each published picture's bottom-right corner is
+    in view on its tile in My works, and nothing we draw over the tile covers it."""
     sizes = {w["id"]: (w["width"], w["height"]) for w in published.works}
     tiles = page.locator("#works-grid > li:has(.flag):not(:has(.tile.video))")
     assert await tiles.count() > 0
+    shapes = set()
     for index in range(await tiles.count()):
         tile = tiles.nth(index)
         width, height = sizes[await tile.get_attribute("data-id") or ""]
-        assert width == height  # shown whole in a square tile: one scale
+        shapes.add(width == height)
         shown = await tile.locator("img").bounding_box()
         assert shown is not None
-        scale = shown["width"] / width
+        # Where the picture is drawn in its box, as its object-fit places it.
+        fit = await tile.locator("img").evaluate("i => getComputedStyle(i).objectFit")
+        scales = (shown["width"] / width, shown["height"] / height)
+        scale = max(scales) if fit == "cover" else min(scales)
+        x0 = shown["x"] + (shown["width"] - width * scale) / 2
+        y0 = shown["y"] + (shown["height"] - height * scale) / 2
         left, top, right, bottom = stamp_for(width, height).box
         plate = (
-            shown["x"] + left * scale,
-            shown["y"] + top * scale,
-            shown["x"] + right * scale,
-            shown["y"] + bottom * scale,
+            x0 + left * scale,
+            y0 + top * scale,
+            x0 + right * scale,
+            y0 + bottom * scale,
         )
+        assert shown["x"] <= plate[0], "the mark is cropped off"
+        assert plate[2] <= shown["x"] + shown["width"], "the mark is cropped off"
+        assert shown["y"] <= plate[1], "the mark is cropped off"
+        assert plate[3] <= shown["y"] + shown["height"], "the mark is cropped off"
         overlays = tile.locator(".ai-badge, .badge, .flag")
         assert await overlays.count() >= 2
         for n in range(await overlays.count()):
@@ -653,6 +665,7 @@ async def _assert_marks_uncovered(page: Page, published: Published) -> None:
                 or box["y"] >= plate[3]
             )
             assert apart, f"{await overlays.nth(n).inner_text()} covers the mark"
+    assert shapes == {True, False}  # square and wide pictures were both checked
 
 
 async def test_the_workbench_fits_a_360_px_wide_phone(

@@ -4,6 +4,16 @@ import { t } from './i18n.js';
 import { describe } from './api.js';
 
 /**
+ * A tile's classes. A work that is not square (every clip's poster, a wide or tall
+ * picture) is shown whole, letterboxed: a square crop would cut off the corner
+ * where its burnt-in AI生成 mark is.
+ */
+export function tileClass(work) {
+  const whole = work.kind === 'video' || work.width !== work.height;
+  return `tile${work.kind === 'video' ? ' video' : ''}${whole ? ' whole' : ''}`;
+}
+
+/**
  * A tile's kind and state, in a row at its bottom-left: the bottom-right is where a
  * picture's own burnt-in AI生成 mark is, and nothing of ours may cover it.
  */
@@ -115,7 +125,7 @@ export class Feed {
     const label = work.prompt.length > 120 ? `${work.prompt.slice(0, 119)}…` : work.prompt;
     return h('li', { dataset: { id: work.id } },
       h('button', {
-        type: 'button', class: work.kind === 'video' ? 'tile video' : 'tile',
+        type: 'button', class: tileClass(work),
         on: { click: (event) => this.open(this, this.indexOf(work.id, index), event.currentTarget) },
       },
       h('img', { src: work.thumb_url, alt: label, loading: 'lazy', decoding: 'async', width: 512, height: 512 }),

@@ -3,7 +3,7 @@ import { $, h, toast, randomKey } from './dom.js';
 import { t, onLang, formatNumber } from './i18n.js';
 import { api, get, describe } from './api.js';
 import { state, on, emit, setBalance, modelName } from './state.js';
-import { List, aiBadge, tileTags } from './feed.js';
+import { List, aiBadge, tileClass, tileTags } from './feed.js';
 import { openViewer } from './viewer.js';
 
 const list = $('#jobs');
@@ -89,7 +89,7 @@ function card(g) {
     RETRYABLE.has(g.status) ? h('button', { type: 'button', class: 'job-retry', text: t('try_again'), on: { click: (e) => tryAgain(g, e.currentTarget) } }) : null,
     works.length ? h('ul', { class: 'grid' }, works.map((work, i) => h('li', {},
       h('button', {
-        type: 'button', class: work.kind === 'video' ? 'tile video' : 'tile',
+        type: 'button', class: tileClass(work),
         on: { click: (e) => openViewer(view, i, e.currentTarget) },
       }, h('img', { src: work.thumb_url, alt: work.prompt, loading: 'lazy', width: 512, height: 512 }),
       aiBadge(),
