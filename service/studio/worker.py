@@ -26,18 +26,21 @@ from ..moderation.log import ModerationLog, Record, upstream_refusal
 from ..moderation.outputs import OutputCheck, OutputRefused
 from ..moderation.providers.base import Picture
 from ..settings import WorkbenchSettings
+from ..square.feed import SquareStore
 from ..store.connect import STORE_ERRORS, is_cluster
 from ..store.pubsub import Subscriber
 from .generations import GenerationStore
 from .ledger import account_key, iso, now, text
 from .media.fetchable import fetchable_url
 from .media.finishing import finish
+from .media.pending import Note, PendingMedia
 from .media.store import CONTENT_TYPES, MediaStore, new_key
 from .positions import Timings
 from .queue import CANCEL_CHANNEL, READY_CHANNEL, JobQueue, entry_in
 from .upstreams.base import Output, Request, Upstream, UpstreamError
 from .upstreams.slots import UpstreamSlots
 from .upstreams.tasks import RedisMemo
+from .works import WorkStore
 
 _LOGGER: Final = logging.getLogger(__name__)
 JANITOR_SECONDS: Final = 1.0
@@ -60,12 +63,13 @@ class JobGone(Exception):
 
 
 class _Stored(NamedTuple):
-    """A job's outputs as stored: its works, their files' keys, and the keys of
-    the sampled frames that are only for the output check."""
+    """A job's outputs as stored: its works, their files' keys, the keys of the
+    sampled frames that are only for the output check, and every file's note."""
 
     works: list[dict[str, Any]]
     keys: list[str]
     probes: list[str]
+    notes: list[Note]
 
 
 @dataclass
@@ -110,6 +114,8 @@ class Worker:
         days = self.settings.moderation.log_days
         self.moderation_log = ModerationLog(self.redis, days, self.clock)
         self.output_check = OutputCheck(self.settings.moderation)
+        self.pending = PendingMedia(self.redis)
+        self.works = WorkStore(self.redis, SquareStore(self.redis))
         self._ready = asyncio.Event()  # READY_CHANNEL rang: a job may be waiting
         self._running: dict[str, _Running] = {}
         self._models = {model.id: model for model in self.content.models}
@@ -258,7 +264,9 @@ class Worker:
             self._timings.started(time.time())
         try:
             async with asyncio.timeout(max(0.0, remaining)):
-                works, keys, probes = await self._produce(account, gid, entry, fields)
+                works, keys, probes, notes = await self._produce(
+                    account, gid, entry, fields
+                )
         except TimeoutError:
             await self._fail(account, gid, entry, "TIMED_OUT", model, started)
             return
@@ -283,13 +291,13 @@ class Worker:
                 account=account, generation=fields,
             )  # fmt: skip
         except OutputRefused as refused:
-            await self._discard(keys + probes)
+            await self._discard(keys + probes, notes)
             await self._fail(
                 account, gid, entry, refused.code, model, started, refused.record
             )
             return
         except BaseException:  # canceled or stopped while it was asked
-            await self._discard(keys + probes)
+            await self._discard(keys + probes, notes)
             raise
         await self._discard(probes)  # checked: a clip's sampled frames go
         ack = entry_in(entry, account)  # settled and finished in one step
@@ -297,17 +305,20 @@ class Worker:
             account, gid, "succeed", *_succeed_args(works), ack=ack
         )
         if outcome != "OK":  # canceled or timed out meanwhile: discard the result
-            for key in keys:
-                await self.media.delete(key)
+            await self._discard(keys)
+        await self.pending.settled(notes)  # kept by the works, or deleted
         self._timed(model, "succeeded" if outcome == "OK" else "discarded", started)
         if outcome == "OK":
             self._timings.ran(model, time.monotonic() - started)
         if not ack:
             await self.queue.finish(gid, entry)
 
-    async def _discard(self, keys: list[str]) -> None:
+    async def _discard(self, keys: list[str], notes: list[Note] | None = None) -> None:
+        """Delete stored files; with their notes, take those back too."""
         for key in keys:
             await self.media.delete(key)
+        if notes:
+            await self.pending.settled(notes)
 
     async def _picture(self, key: str) -> Picture:
         data = b"".join([chunk async for chunk in self.media.chunks(key)])
@@ -433,7 +444,7 @@ class Worker:
                 _LOGGER.info("job %s: upstream busy, retrying in %.1fs", gid, wait)
                 await asyncio.sleep(wait)  # the job's deadline bounds the retries
                 delay = min(delay * 2, 30.0)
-        return await self._publishable(gid, fields, outputs)
+        return await self._publishable(account, gid, fields, outputs)
 
     async def _reference(
         self, account: str, model: Model, fields: Mapping[str, str]
@@ -448,11 +459,18 @@ class Worker:
         return b"".join([chunk async for chunk in self.media.chunks(text(key))])
 
     async def _publishable(
-        self, gid: str, fields: dict[str, str], outputs: list[Output]
+        self, account: str, gid: str, fields: dict[str, str], outputs: list[Output]
     ) -> _Stored:
         """Store each output with its thumbnail; describe it as a work."""
         loop = asyncio.get_running_loop()
-        works, keys, probes = [], [], []
+        works, keys, probes, notes = [], [], [], []
+
+        async def put(key: str, data: bytes, work_id: str = "") -> None:
+            """Note the file first (pending.py), then store it."""
+            notes.append(note := Note(account, gid, work_id, key))
+            await self.pending.note(note)
+            await self.media.put(key, data)
+
         created = iso(now())
         labeled = []  # every output labeled before any is stored
         finishing = functools.partial(
@@ -471,12 +489,12 @@ class Worker:
             else:
                 width, height = _size(fields["size"])
             key, thumb_key = new_key(output.extension), new_key("webp")
-            await self.media.put(key, finished.data)
-            await self.media.put(thumb_key, finished.thumb)
+            await put(key, finished.data, work_id)
+            await put(thumb_key, finished.thumb, work_id)
             keys += [key, thumb_key]
             for frame in finished.frames:  # for the output check, then deleted
                 probes.append(probe := new_key("webp"))
-                await self.media.put(probe, frame)
+                await put(probe, frame)
             work: dict[str, Any] = {
                 "id": work_id,
                 "generation_id": gid,
@@ -500,7 +518,7 @@ class Worker:
                 "thumb_key": thumb_key,
             }
             works.append(work)
-        return _Stored(works, keys, probes)
+        return _Stored(works, keys, probes, notes)
 
     async def _janitor(self, stop: asyncio.Event) -> None:
         """Renew leases, take over silent workers' jobs, end the late ones."""
@@ -536,6 +554,34 @@ class Worker:
                     self.metrics.credits.labels("refunded").inc(int(fields["credits"]))
             self._stop_local(gid)
             await self.queue.finish(gid, ref)
+        await self._sweep_pending()
+
+    async def _sweep_pending(self) -> None:
+        """Delete what killed runs stored, once their generations are final.
+
+        Only notes older than a lease are looked at: a run that old has been
+        taken over if its worker died.
+        """
+        lease = self.settings.visibility_timeout
+        for note in await self.pending.stale(time.time() - lease):
+            fields = await self.generations.get(note.account, note.gid)
+            if fields and fields.get("status") in ("queued", "running"):
+                await self.pending.later(note)  # a run of it may still keep it
+                continue
+            if not await self._kept(note):
+                _LOGGER.info("deleting %s, left by a run of %s", note.key, note.gid)
+                await self.media.delete(note.key)
+            await self.pending.settled([note])
+
+    async def _kept(self, note: Note) -> bool:
+        """Tell whether the work a file was made for holds it."""
+        if not note.work_id:
+            return False
+        owned = await self.works.owned(note.account, note.work_id)
+        return owned is not None and note.key in (
+            owned.record.get("media_key"),
+            owned.record.get("thumb_key"),
+        )
 
     async def _signals(self, stop: asyncio.Event, listening: asyncio.Event) -> None:
         """Stop a running job the moment its owner cancels it; wake on new jobs."""
