@@ -75,7 +75,7 @@ async def test_a_note_is_read_back_and_a_stray_member_is_dropped(redis: Redis) -
     pending = PendingMedia(redis)
     await redis.delete(PENDING)
     note = Note("acct1", "gen1", "", "ab/cd.webp")
-    await pending.note(note)
+    await pending.note([note])
     await redis.zadd(PENDING, {"not-a-note": 0})
     assert await pending.stale(time.time() + 1) == [note]
     assert await redis.zrange(PENDING, 0, -1) == [note.member.encode()]

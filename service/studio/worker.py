@@ -463,14 +463,8 @@ class Worker:
     ) -> _Stored:
         """Store each output with its thumbnail; describe it as a work."""
         loop = asyncio.get_running_loop()
-        works, keys, probes, notes = [], [], [], []
-
-        async def put(key: str, data: bytes, work_id: str = "") -> None:
-            """Note the file first (pending.py), then store it."""
-            notes.append(note := Note(account, gid, work_id, key))
-            await self.pending.note(note)
-            await self.media.put(key, data)
-
+        works, keys, probes = [], [], []
+        files: list[tuple[Note, bytes]] = []  # noted all at once, then put
         created = iso(now())
         labeled = []  # every output labeled before any is stored
         finishing = functools.partial(
@@ -489,12 +483,12 @@ class Worker:
             else:
                 width, height = _size(fields["size"])
             key, thumb_key = new_key(output.extension), new_key("webp")
-            await put(key, finished.data, work_id)
-            await put(thumb_key, finished.thumb, work_id)
+            files.append((Note(account, gid, work_id, key), finished.data))
+            files.append((Note(account, gid, work_id, thumb_key), finished.thumb))
             keys += [key, thumb_key]
             for frame in finished.frames:  # for the output check, then deleted
                 probes.append(probe := new_key("webp"))
-                await put(probe, frame)
+                files.append((Note(account, gid, "", probe), frame))
             work: dict[str, Any] = {
                 "id": work_id,
                 "generation_id": gid,
@@ -518,6 +512,10 @@ class Worker:
                 "thumb_key": thumb_key,
             }
             works.append(work)
+        notes = [note for note, _ in files]
+        await self.pending.note(notes)  # written down before any file is put
+        for note, data in files:
+            await self.media.put(note.key, data)
         return _Stored(works, keys, probes, notes)
 
     async def _janitor(self, stop: asyncio.Event) -> None:

@@ -50,9 +50,11 @@ class PendingMedia:
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
 
-    async def note(self, note: Note) -> None:
-        """Write a file's note down; only then may the file be put."""
-        await self._redis.zadd(PENDING, {note.member: time.time()})
+    async def note(self, notes: list[Note]) -> None:
+        """Write files' notes down, in one command; only then may they be put."""
+        if notes:
+            moment = time.time()
+            await self._redis.zadd(PENDING, {note.member: moment for note in notes})
 
     async def settled(self, notes: list[Note]) -> None:
         """Take back the notes of files that are now kept or deleted."""
