@@ -288,7 +288,7 @@ class DeletionStore:
         seconds = int(await self._redis.ttl(key))
         await suspend_addresses(
             self._redis,
-            self._accounts.address_keys(email) + ([address] if address else []),
+            self._accounts.address_keys(email, address),
             account_id,
             text(until) if until else None,
             seconds if seconds > 0 else None,
@@ -351,10 +351,7 @@ class DeletionStore:
     async def _forget_address(self, account_id: str, email: str, address: str) -> None:
         """Detach the address from the account and drop its live codes."""
         await self._accounts.detach(email, account_id)
-        hashes = set(self._accounts.address_keys(email))
-        if address:
-            hashes.add(address)
-        for address_key in hashes:
+        for address_key in self._accounts.address_keys(email, address):
             await self._delete_matching(_CODES.format(address=address_key))
 
     async def _delete_matching(self, pattern: str) -> None:

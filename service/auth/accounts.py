@@ -123,9 +123,11 @@ class AccountStore:
             await self.mark_trial(email)
         return _account(fields), created
 
-    def address_keys(self, email: str) -> list[str]:
-        """Return the address's HMAC under each key, the current one first."""
-        return [key for _, key in self._keyring.filings(email)]
+    def address_keys(self, email: str, *also: str) -> list[str]:
+        """Return the address's HMAC under each key, the current one first, then
+        any other HMAC of it given (an account's stored one), each once."""
+        keys = [key for _, key in self._keyring.filings(email)]
+        return list(dict.fromkeys([*keys, *filter(None, also)]))
 
     async def had_trial(self, email: str) -> bool:
         """Tell whether the address earned trial credits before (any key's HMAC)."""

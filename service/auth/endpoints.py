@@ -12,9 +12,9 @@ from redis.exceptions import RedisError
 from ..api.boundary import ApiBoundary
 from ..api.errors import ApiError
 from ..api.payloads import json_response, read_json
-from ..keys import CONTENT, SETTINGS
+from ..keys import CONTENT, REDIS, SETTINGS
 from ..limits.http import enforce, refund
-from ..moderation.suspension import AccountSuspended
+from ..moderation.suspension import AccountSuspended, refuse_if_address_suspended
 from ..store.deadline import within
 from .binding import (
     binding_of,
@@ -150,7 +150,8 @@ async def verify(request: web.Request) -> web.StreamResponse:
     sessions = app[SESSIONS]
     # First: a suspended address neither restores a deletion nor opens an account.
     try:
-        await sessions.refuse_address(app[ACCOUNTS].address_keys(address.email))
+        keys = app[ACCOUNTS].address_keys(address.email)
+        await refuse_if_address_suspended(app[REDIS], keys)
     except AccountSuspended as err:
         _LOGGER.info("sign-in refused: address %s is suspended", address.key[:12])
         raise ApiError(403, "ACCOUNT_SUSPENDED", until=err.until) from None

@@ -8,7 +8,7 @@ import hashlib
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from typing import Final, TypeVar
 
 from aiohttp import web
@@ -18,11 +18,7 @@ from redis.asyncio import Redis
 from ..api.boundary import ApiBoundary
 from ..api.errors import ApiError
 from ..keys import REDIS
-from ..moderation.suspension import (
-    AccountSuspended,
-    refuse_if_address_suspended,
-    refuse_if_suspended,
-)
+from ..moderation.suspension import AccountSuspended, refuse_if_suspended
 from ..store.deadline import within
 from .cookies import read_cookie
 from .session_cache import ENDED_CHANNEL, SHUTDOWN_SECONDS, Session, SessionCache
@@ -122,11 +118,6 @@ class SessionStore:
             await self._redis.zrem(index, key)
             raise
         return token, Session(key=key, account_id=account_id, created=now, seen=now)
-
-    async def refuse_address(self, address_keys: Sequence[str]) -> None:
-        """Open nothing for an address that carries a suspension (AccountSuspended):
-        its account's, kept there even after that account was deleted."""
-        await refuse_if_address_suspended(self._redis, address_keys)
 
     def cached(self, token: str) -> Session | None:
         """Return the token's session from this process's cache, if it holds it

@@ -116,8 +116,9 @@ class Sanctions:
         email, address = await self._redis.hmget(
             account_key(account_id), ["email", "address"]
         )
-        keys = self._deletions.accounts.address_keys(text(email)) if email else []
-        return keys + ([text(address)] if address else [])
+        if email is None:
+            return []
+        return self._deletions.accounts.address_keys(text(email), text(address or ""))
 
     async def restore(self, account_id: str, note: str = "") -> bool:
         """Lift a suspension; False if the account was not suspended."""
