@@ -82,11 +82,10 @@ async def _found_works(
     words: str | None,
     favorite_only: bool,
 ) -> web.StreamResponse:
-    """List my works holding `q`, or in a collection (most recently added first)."""
+    """List my works holding `q` (newest first), or those in a collection (most
+    recently added first); favorite=true keeps only the ones I favorited."""
     app, me = request.app, _me(request)
     index, mark = f"{account_key(me)}:works", "w"
-    if favorite_only:
-        index = f"{account_key(me)}:favs"
     if (cid := request.query.get("collection")) is not None:
         if not (cid.isascii() and cid.isalnum()) or not await app[COLLECTIONS].exists(
             me, cid

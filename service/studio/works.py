@@ -218,36 +218,25 @@ class WorkStore:
     ) -> tuple[list[dict[str, Any]], int | None]:
         """List my works newest first (only those I favorited, if asked)."""
         key = account_key(me)
-        index = f"{key}:favs" if favorite_only else f"{key}:works"
-        top: int | str = f"({before}" if before is not None else "+inf"
-        rows: list[tuple[bytes, float]] = []
-        while True:
-            found: list[tuple[bytes, float]] = await self._redis.zrevrangebyscore(  # type: ignore[assignment]
-                index, top, "-inf", start=0, num=limit + 1, withscores=True
+        rows: list[tuple[bytes, float]]
+        if favorite_only:
+            # My favorites include others' works: the ones in my own index too,
+            # each with its own index's score (newest first, not favorited first).
+            rows = await self._redis.zinter(  # type: ignore[assignment]
+                {f"{key}:works": 1, f"{key}:favs": 0}, withscores=True
             )
-            if not favorite_only:
-                rows = found
-                break
-            # my favorites include others' works: keep only my own
-            mine = (
-                await self._redis.hmget(
-                    f"{key}:favowner", [text(wid) for wid, _ in found]
-                )
-                if found
-                else []
+            rows.reverse()
+            if before is not None:
+                rows = [row for row in rows if row[1] < before]
+            rows = rows[: limit + 1]
+        else:
+            top: int | str = f"({before}" if before is not None else "+inf"
+            rows = await self._redis.zrevrangebyscore(  # type: ignore[assignment]
+                f"{key}:works", top, "-inf", start=0, num=limit + 1, withscores=True
             )
-            rows += [
-                row
-                for row, owner in zip(found, mine, strict=True)
-                if owner and text(owner) == me
-            ]
-            if len(rows) > limit or len(found) <= limit:
-                break
-            top = f"({int(found[-1][1])}"
         more = len(rows) > limit
         rows = rows[:limit]
-        wids = [text(wid) for wid, _ in rows]
-        items = await self.views(me, wids)
+        items = await self.views(me, [text(wid) for wid, _ in rows])
         return items, int(rows[-1][1]) if more and rows else None
 
     async def views(self, me: str, wids: Sequence[str]) -> list[dict[str, Any]]:
