@@ -30,6 +30,10 @@ TABLE = [
     ("text/html;q=1.0, text/markdown;q=0.5", False),
     ("text/markdown;q=0", False),
     ("text/markdown;q=0.000", False),
+    ("text/markdown;q=1.", True),  # RFC 9110 §12.4.2: "1." and "0." are qvalues
+    ("text/markdown;q=0.", False),
+    ("text/markdown;q=0.5, text/html;q=1.", False),
+    ("text/html;q=0., text/markdown", True),
     ("text/html;q=0, text/markdown", True),
     ("text/html,text/markdown;q=0", False),
     ("*/*, text/markdown", True),

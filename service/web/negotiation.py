@@ -19,7 +19,10 @@ def _parse_q(value: str) -> float | None:
     value = value.strip()
     if not value or len(value) > 5 or value[0] not in "01" or not value.isascii():
         return None
-    if len(value) > 1 and (value[1] != "." or not value[2:].isdigit()):
+    # "1." and "0." are qvalues too: the grammar allows no digit after the dot
+    if len(value) > 1 and (
+        value[1] != "." or not (value[2:].isdigit() or len(value) == 2)
+    ):
         return None
     q = float(value)
     return q if q <= 1 else None
