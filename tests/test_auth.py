@@ -218,6 +218,14 @@ async def test_invalid_addresses_and_header_injection_get_400_and_no_mail(
         (b"{not json", "application/json", 400, "BAD_REQUEST"),
         (b"[" * 3000, "application/json", 400, "BAD_REQUEST"),  # nesting too deep
         (b'["a@example.com"]', "application/json", 400, "BAD_REQUEST"),
+        # Python reads these constants; RFC 8259 has no such values
+        (b'{"email": NaN}', "application/json", 400, "BAD_REQUEST"),
+        (
+            b'{"email": "a@example.com", "lang": -Infinity}',
+            "application/json",
+            400,
+            "BAD_REQUEST",
+        ),
         (
             b"email=a@example.com",
             "application/x-www-form-urlencoded",

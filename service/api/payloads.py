@@ -30,6 +30,15 @@ _ESCAPED_SURROGATE: Final = re.compile(rb"\\u[dD][89abcdefABCDEF]")
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
+def _not_json(constant: str) -> Any:
+    """Refuse NaN and Infinity: Python reads them, RFC 8259 has no such values."""
+    raise ValueError(f"{constant} is not JSON")
+
+
+# json.loads with a keyword builds a decoder per call: this one is built once.
+_DECODER: Final = json.JSONDecoder(parse_constant=_not_json)
+
+
 @asynccontextmanager
 async def body_deadline(request: web.Request, seconds: float) -> AsyncIterator[None]:
     """Give the body `seconds` to arrive, else answer 408 and close the connection."""
@@ -66,7 +75,7 @@ async def read_json(
     raw = decode_body(raw, coding, request.client_max_size)
     try:
         text = raw.decode()  # strict UTF-8 (RFC 8259): encoded surrogates fail here
-        data = json.loads(text)
+        data = _DECODER.decode(text)
     except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
         raise ApiError(400, "BAD_REQUEST") from err
     if may_hold_surrogates(raw):  # rare: only then walk what was decoded
