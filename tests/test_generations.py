@@ -316,6 +316,9 @@ async def test_more_queued_jobs_than_the_cap_answer_too_many_jobs(
 @pytest.mark.parametrize(
     ("body", "field"),
     [
+        ({"prompt": "x"}, "model"),
+        ({"model": "seedream-4"}, "prompt"),
+        ({"model": "seedream-4", "prompt": "x", "style": "oil"}, "style"),
         ({"model": "nope", "prompt": "x"}, "model"),
         ({"model": 5, "prompt": "x"}, "model"),
         ({"model": "seedream-4", "prompt": "   "}, "prompt"),

@@ -187,7 +187,7 @@ async def _fields(
 async def submit(request: web.Request) -> web.StreamResponse:
     """Charge and queue a generation in one step; replay a repeated key."""
     body = await read_json(
-        request, required={"model", "prompt"}, optional=_SUBMIT_FIELDS
+        request, required={"model", "prompt"}, optional=_SUBMIT_FIELDS, name_field=True
     )
     idempotency, body_hash = read_idempotency(request, body)
     return await place(request, body, idempotency, body_hash)
