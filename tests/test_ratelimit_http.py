@@ -299,3 +299,38 @@ async def test_a_remembered_denial_answers_like_the_first_one(
     for name in names:
         assert first.headers[name] == again.headers[name], name
     assert await first.json() == await again.json()
+
+
+async def test_a_remembered_denial_leaves_cross_origin_and_cookie_refusals_first(
+    aiohttp_client: AiohttpClient, make_settings: SettingsFactory, redis: Redis
+) -> None:
+    """CONTRACT §3: a state-changing request passes the cross-origin check first.
+
+    A client Redis refused is answered from memory, but not a request the
+    layers below refuse anyway: a foreign write gets its 403, an oversized
+    Cookie its 400, and neither spends a token.
+    """
+    client = await _limited(
+        aiohttp_client, make_settings, **_limits("verify_ip", 2, 3600, 1)
+    )
+    body = {"email": "a@example.com", "code": "12345678"}
+    assert (await client.post("/api/auth/verify", json=body)).status == 400
+    learned = await client.post("/api/auth/verify", json=body)
+    assert learned.status == 429  # learned from Redis, remembered from now on
+    refusals = [
+        ({"Sec-Fetch-Site": "cross-site"}, 403, "CROSS_ORIGIN"),
+        ({"Sec-Fetch-Site": "same-site"}, 403, "CROSS_ORIGIN"),
+        ({"Origin": "http://evil.example"}, 403, "CROSS_ORIGIN"),
+        ({"Cookie": "a=" + "x" * 5000}, 400, "BAD_REQUEST"),
+    ]
+    for headers, status, code in refusals:
+        response = await client.post("/api/auth/verify", json=body, headers=headers)
+        assert response.status == status, headers
+        assert (await response.json())["error"] == code
+        assert response.headers["X-Content-Type-Options"] == "nosniff"
+    # the same site is still refused from memory
+    same = await client.post(
+        "/api/auth/verify", json=body, headers={"Sec-Fetch-Site": "same-origin"}
+    )
+    assert same.status == 429
+    assert same.headers["RateLimit"] == learned.headers["RateLimit"]

@@ -5,11 +5,27 @@ from __future__ import annotations
 from aiohttp import hdrs, web
 from aiohttp.http import HttpVersion11
 from aiohttp.typedefs import Handler
+from multidict import CIMultiDictProxy
 
 from ..auth.cookies import MAX_COOKIE_HEADER_BYTES, cookie_header_size
 from ..web.hardening import close_after_response
 from .boundary import ApiBoundary
 from .errors import ApiError, json_error
+
+
+def _oversized(headers: CIMultiDictProxy[str]) -> bool:
+    return hdrs.COOKIE in headers and (
+        cookie_header_size(headers) > MAX_COOKIE_HEADER_BYTES
+    )
+
+
+def _unframed(request: web.BaseRequest) -> bool:
+    return request.version < HttpVersion11 and hdrs.TRANSFER_ENCODING in request.headers
+
+
+def bound_refuses(request: web.BaseRequest) -> bool:
+    """Tell whether the bound below answers this request 400."""
+    return _oversized(request.headers) or _unframed(request)
 
 
 def setup_cookie_bound(api: ApiBoundary) -> None:
@@ -26,12 +42,9 @@ def setup_cookie_bound(api: ApiBoundary) -> None:
     def layer(route: web.RouteDef, handler: Handler) -> Handler:
         async def bounded(request: web.Request) -> web.StreamResponse:
             """Check the two headers; pass everything else through untouched."""
-            headers = request.headers
-            if hdrs.COOKIE in headers and (
-                cookie_header_size(headers) > MAX_COOKIE_HEADER_BYTES
-            ):
+            if _oversized(request.headers):
                 raise ApiError(400, "BAD_REQUEST")
-            if request.version < HttpVersion11 and hdrs.TRANSFER_ENCODING in headers:
+            if _unframed(request):
                 close_after_response(request)
                 response = json_error(400, "BAD_REQUEST")
                 response.force_close()

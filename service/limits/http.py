@@ -12,6 +12,8 @@ from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 
 from ..api.boundary import ApiBoundary, route_name
+from ..api.cookies_layer import bound_refuses
+from ..api.csrf import cross_origin, state_changing
 from ..api.errors import UNAVAILABLE_RETRY_AFTER, ApiError
 from ..metrics import METRICS
 from ..web.headers import SecurityHeaders
@@ -156,11 +158,14 @@ def setup_remembered_denials(
     routes: Mapping[str, RouteLimit],
     trusted_proxies: Sequence[IPNetwork],
     security: SecurityHeaders,
+    origin: str,
 ) -> None:
     """Name the client of a limited route, and answer one Redis already refused.
 
     A flooding client is the one worth answering cheapest: its 429 comes from
-    memory, built once per second, ahead of every other layer.
+    memory, built once per second, ahead of every other layer. A request the
+    layers below refuse anyway (an oversized Cookie, a cross-origin write) is
+    passed on to them: their 400 or 403 comes before any limit (CONTRACT §3).
     """
     denials = _RememberedDenials(security)
     namer = ClientNamer(trusted_proxies)
@@ -173,6 +178,7 @@ def setup_remembered_denials(
         # a whole second.
         names = tuple(p.name for p in limit.policies)
         single = len(names) == 1
+        guarded = state_changing(route)
         limiter: Limiter | None = None  # the app's, looked up once it exists
 
         async def remembered(request: web.Request) -> web.StreamResponse:
@@ -183,7 +189,11 @@ def setup_remembered_denials(
                 if limiter is None:
                     limiter = request.app[LIMITER]
                 memo_key = (subject, names)
-                if (memo := limiter.remembered(memo_key)) is not None:
+                if (
+                    (memo := limiter.remembered(memo_key)) is not None
+                    and not bound_refuses(request)
+                    and not (guarded and cross_origin(request, origin))
+                ):
                     return denials.answer(memo_key, *memo)
             request[CLIENT] = subject
             return await handler(request)

@@ -67,6 +67,7 @@ def setup(app: web.Application) -> None:
             routes=routes,
             trusted_proxies=settings.trusted_proxies,
             security=app[SECURITY],
+            origin=settings.base_url,
         )
     with api.placed("rate_headers"):
         setup_rate_headers(api, names=names)
