@@ -109,6 +109,25 @@ async def test_each_representation_has_its_own_strong_etag_and_304(
     )
     assert md_again.status == 304
 
+    # each content coding is a representation of its own (RFC 9110 §13.1.2)
+    zipped = await client.get(path, headers={"Accept-Encoding": "gzip"})
+    gz_tag = zipped.headers["ETag"]
+    assert zipped.headers["Content-Encoding"] == "gzip"
+    assert gz_tag not in (html_tag, md_tag)
+    plain = await client.get(path, headers={**IDENTITY, "If-None-Match": gz_tag})
+    assert plain.status == 200
+    assert plain.headers["ETag"] == html_tag
+    unzipped = await client.get(
+        path, headers={"Accept-Encoding": "gzip", "If-None-Match": html_tag}
+    )
+    assert unzipped.status == 200
+    both = await client.get(
+        path,
+        headers={"Accept-Encoding": "gzip", "If-None-Match": f"{html_tag}, {gz_tag}"},
+    )
+    assert both.status == 304
+    assert both.headers["ETag"] == gz_tag
+
 
 @pytest.mark.parametrize("path", DOCUMENTS)
 @pytest.mark.parametrize("accept", [{}, MARKDOWN])

@@ -36,6 +36,11 @@ class Variant:
         default_factory=lambda: [("", b"")], compare=False, repr=False
     )
 
+    @property
+    def etag(self) -> str | None:
+        """Return this variant's own entity tag, if it has one."""
+        return self.headers.get(hdrs.ETAG)
+
     def head(self) -> bytes:
         """Return the 200's status line and headers, serialized once a second.
 
@@ -107,7 +112,6 @@ class Representation:
 
     identity: Variant
     gzipped: Variant | None
-    etags: frozenset[str]
 
     @property
     def body(self) -> bytes:
@@ -155,11 +159,10 @@ def prepare(
             zipped[hdrs.ETAG] = f'"{tag}-{digest}-gz"'
         gzipped = _variant(gzip.compress(body, compresslevel=9, mtime=0), zipped)
     variants = [v for v in (_variant(body, base), gzipped) if v is not None]
-    etags = frozenset(v.headers[hdrs.ETAG] for v in variants if hdrs.ETAG in v.headers)
-    return Representation(identity=variants[0], gzipped=gzipped, etags=etags)
+    return Representation(identity=variants[0], gzipped=gzipped)
 
 
-def _matches(if_none_match: str, etags: frozenset[str]) -> bool:
+def _matches(if_none_match: str, etag: str) -> bool:
     """Compare If-None-Match weakly, as RFC 9110 §13.1.2 asks."""
     if if_none_match.strip() == "*":
         return True
@@ -167,7 +170,7 @@ def _matches(if_none_match: str, etags: frozenset[str]) -> bool:
         candidate = candidate.strip()
         if candidate.startswith("W/"):
             candidate = candidate[2:]
-        if candidate in etags:
+        if candidate == etag:
             return True
     return False
 
@@ -178,10 +181,12 @@ def respond(request: web.Request, rep: Representation) -> web.Response:
     variant = rep.identity
     if rep.gzipped is not None and accepts_gzip(headers.get(hdrs.ACCEPT_ENCODING)):
         variant = rep.gzipped
+    # Only the selected variant's tag matches (RFC 9110 §13.1.2): a cache that
+    # holds the gzip twin must not be told its copy suits a client without gzip.
     if (
-        rep.etags
+        (etag := variant.etag) is not None
         and (inm := headers.get(hdrs.IF_NONE_MATCH))
-        and _matches(inm, rep.etags)
+        and _matches(inm, etag)
     ):
         return web.Response(status=304, headers=variant.not_modified)
     return PreparedResponse(variant)
