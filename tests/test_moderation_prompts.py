@@ -137,6 +137,51 @@ async def test_fields_are_checked_first_and_the_balance_after(
     assert len(await records(client, redis)) == 1
 
 
+async def test_a_blocked_prompt_is_refused_before_its_key_is_looked_up(
+    studio: MakeClient, mail_server: MailCatcher, redis: Redis
+) -> None:
+    """CONTRACT §11: after the fields, before the idempotency check.
+
+    A key already spent on an innocent prompt, sent again with a blocked one,
+    gets CONTENT_BLOCKED (and a log record), not 422; a bad field with that key
+    still answers the key's 422 first (§6, details 1).
+    """
+    client = await studio()
+    await sign_in(client, mail_server)
+    first = await client.post(
+        "/api/generations",
+        json={"model": "seedream-4", "prompt": "a lamp"},
+        headers={"Idempotency-Key": "spent"},
+    )
+    assert first.status == 202
+    before = await _state(client, redis)
+    blocked = await client.post(
+        "/api/generations",
+        json={"model": "seedream-4", "prompt": BLOCKED},
+        headers={"Idempotency-Key": "spent"},
+    )
+    assert blocked.status == 400
+    assert await blocked.json() == {"error": "CONTENT_BLOCKED", "field": "prompt"}
+    assert [r["rule"] for r in await records(client, redis)] == ["儿童色情"]
+    bad = await client.post(
+        "/api/generations",
+        json={"model": "seedream-4", "prompt": "a lamp", "size": "1x1"},
+        headers={"Idempotency-Key": "spent"},
+    )
+    assert (bad.status, await bad.json()) == (
+        422,
+        {"error": "IDEMPOTENCY_KEY_REUSED"},
+    )
+    replay = await client.post(
+        "/api/generations",
+        json={"model": "seedream-4", "prompt": "a lamp"},
+        headers={"Idempotency-Key": "spent"},
+    )
+    assert replay.status == 200
+    assert (await replay.json())["id"] == (await first.json())["id"]
+    assert await _state(client, redis) == before
+
+
 async def test_publish_checks_the_prompt_against_the_list_in_force(
     studio: MakeClient, mail_server: MailCatcher, redis: Redis, tmp_path: Path
 ) -> None:

@@ -201,11 +201,20 @@ async def place(
     settings = app[SETTINGS].workbench
     account = _account(request)
     store = app[GENERATIONS]
+    # The moderation answers after the fields and before the key (CONTRACT §11);
+    # a bad field answers after the key (§6, details 1): it waits its turn.
+    try:
+        model, fields = await _fields(request, body)
+    except ApiError as err:
+        bad_field: ApiError | None = err
+    else:
+        bad_field = None
+        texts = {name: str(fields[name]) for name in ("prompt", "negative_prompt")}
+        await app[MODERATION].screen(texts, source="prompt", account=account)
     if idempotency and (seen := await store.remembered(account, idempotency)):
         return await _replay(request, account, seen, body_hash)
-    model, fields = await _fields(request, body)
-    texts = {name: str(fields[name]) for name in ("prompt", "negative_prompt")}
-    await app[MODERATION].screen(texts, source="prompt", account=account)
+    if bad_field is not None:
+        raise bad_field
     gid = secrets.token_hex(10)
     deadline = time.time() + (
         settings.video_deadline if model.kind == "video" else settings.image_deadline
