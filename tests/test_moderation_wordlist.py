@@ -42,6 +42,14 @@ LISTED = WordList(["禁词", "jin", "forbidden thing"])
         "FORBIDDEN—THING",
         "forbidden ★ thing",  # a symbol in between
         "ﬁ forbidden\tthing",
+        "禁\ufe0f词",  # a variation selector (Mn)
+        "禁\U000e0100词",  # a supplementary variation selector
+        "j\u034fin",  # the combining grapheme joiner
+        "j\u17b4in",  # a Khmer inherent vowel, invisible
+        "j\u0336i\u0336n\u0336",  # struck through, one combining stroke a letter
+        "禁\u20dd词",  # an enclosing circle (Me)
+        "j\u3164in",  # the Hangul filler, an invisible letter
+        "j\uffa0in",  # its half-width form
     ],
 )
 def test_evasion_variants_of_a_listed_term_are_refused(prompt: str) -> None:
@@ -77,6 +85,8 @@ def test_the_match_names_the_term_as_the_operator_wrote_it() -> None:
 def test_normalising_folds_width_case_script_and_drops_separators() -> None:
     """NFKC, case fold, t2s, and no space, punctuation, symbol or format character."""
     assert normalise("Ｈｅｌｌｏ， 世界！ 學習\u200b★") == "hello世界学习"
+    # a letter and its combining accent are one letter once composed
+    assert normalise("cafe\u0301 Café") == "cafécafé"
 
 
 def test_an_empty_list_matches_nothing() -> None:
