@@ -83,8 +83,15 @@ async def test_bad_reports_name_their_field_and_a_missing_work_is_404(
             400,
             {"error": "BAD_REQUEST", "field": field},
         )
-    response = await visitor.post(f"/api/square/{wid}/report", json={"reason": "x"})
-    assert response.status == 400
+    for body, field in (
+        ({"reason": "x"}, "category"),  # missing
+        ({"reason": "x", "category": "other", "extra": 1}, "extra"),  # unknown
+    ):
+        response = await visitor.post(f"/api/square/{wid}/report", json=body)
+        assert (response.status, await response.json()) == (
+            400,
+            {"error": "BAD_REQUEST", "field": field},
+        )
     for missing in (hidden, "nope", "a" * 65, "%2e%2e"):
         assert await _report(visitor, missing) == (404, {"error": "NOT_FOUND"})
     assert [r async for r in ModerationLog(redis, 180).read()] == []

@@ -186,7 +186,7 @@ def _field(body: Mapping[str, Any]) -> tuple[str, str]:
 async def report_square_work(request: web.Request) -> web.StreamResponse:
     """File a report on a work in the square, signed in or not: 202 and its id."""
     app = request.app
-    body = await read_json(request, required={"reason", "category"})
+    body = await read_json(request, required={"reason", "category"}, name_field=True)
     reason, category = _field(body)
     wid = request.match_info["work_id"]
     author = (
