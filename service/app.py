@@ -42,7 +42,7 @@ def _api() -> ApiBoundary:
     # 0. metrics: every answer counted by route and status, remembered 429s too;
     # 1. remembered denials (limited routes): names the client (trusted proxies
     #    only) and answers one Redis already refused from memory, so a flood
-    #    costs the least;
+    #    costs the least (not a request 5 or 6 refuses: their answer comes first);
     # 2. rate headers (limited routes): RateLimit-Policy and RateLimit on
     #    whatever comes back, 429s and errors included;
     # 3. security headers: on every answer, errors included;
