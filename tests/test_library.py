@@ -150,7 +150,6 @@ async def test_my_works_list_read_and_page(
         assert response.status == 400
 
 
-
 async def test_my_favorite_works_list_newest_first_whatever_order_i_favorited_them(
     make_client: Factory, mail_server: MailCatcher, redis: Redis, tmp_path: Path
 ) -> None:
@@ -181,6 +180,7 @@ async def test_my_favorite_works_list_newest_first_whatever_order_i_favorited_th
     assert [item["id"] for item in favorites["items"]] == [
         works[0]["id"], theirs["id"], works[1]["id"], works[3]["id"]
     ]  # fmt: skip
+
 
 async def test_another_persons_unpublished_work_is_404_like_a_missing_one(
     make_client: Factory, mail_server: MailCatcher, redis: Redis, tmp_path: Path
