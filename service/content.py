@@ -69,6 +69,9 @@ class Model:
     retires_at: dt.date | None = None
     # Which of OPTIONAL_FIELDS the model takes; submit refuses the others.
     fields: tuple[str, ...] = ()
+    # The longest prompt its upstream takes (with a preset's suffix), in
+    # characters; None: our own bound on the person's words is the only one.
+    max_prompt: int | None = None
     # A comfyui model: its workflow file (content/workflows/) and which of our
     # fields goes to which "<node id>.<input name>".
     workflow: str | None = None
@@ -408,6 +411,7 @@ def _model(table: _Table) -> Model:
         seconds=seconds,
         retires_at=table.date("retires_at") if table.has("retires_at") else None,
         fields=_fields(table, accepts),
+        max_prompt=table.positive("max_prompt") if table.has("max_prompt") else None,
         workflow=table.text("workflow") if table.has("workflow") else None,
         inputs=_inputs(table),
     )

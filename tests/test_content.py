@@ -273,6 +273,12 @@ BAD_CASES: list[tuple[str, Breaker, str, str]] = [
         "not valid TOML",
     ),
     (
+        "no-prompt-at-all",
+        _editing("models.toml", "max_prompt = 800\n", "max_prompt = 0\n"),
+        "models.toml",
+        'models[9] (id "wan-2-7"): max_prompt: must be a positive integer, not 0',
+    ),
+    (
         "video-without-length",
         _editing("models.toml", "seconds = 6\n", ""),
         "models.toml",

@@ -396,6 +396,35 @@ async def test_dashscope_tasks_are_created_with_the_async_header(
 
 
 @pytest.mark.parametrize("vendor", [VENDORS[0]], ids=["dashscope"], indirect=True)
+async def test_a_wan_prompt_is_refused_at_submit_past_the_800_characters_wan_takes(
+    client: Client, fake: FakeTasks, settings: Settings, redis: Redis
+) -> None:
+    """Over 800 characters (a preset's suffix counted) is a 400 before any charge;
+    800 go through, with a seed past DashScope's int32 folded into it."""
+    for body in (
+        {"prompt": "浪" * 801},
+        {"prompt": "浪" * 790, "preset": "photo"},
+    ):
+        response = await client.post(
+            "/api/generations", json={"model": "wan-2-7", **body}
+        )
+        assert (response.status, await response.json()) == (
+            400,
+            {"error": "BAD_REQUEST", "field": "prompt"},
+        )
+    assert await balance(client) == TRIAL
+    async with running_worker(redis, settings):
+        done = await finished(
+            client,
+            await submit(client, model="wan-2-7", prompt="浪" * 800, seed=2**32 - 1),
+        )
+    assert done["status"] == "succeeded", done
+    (sent,) = [r for r in fake.requests if r.method == "POST"]
+    assert len(sent.json()["input"]["prompt"]) == 800
+    assert sent.json()["parameters"]["seed"] == 2**31 - 1
+
+
+@pytest.mark.parametrize("vendor", [VENDORS[0]], ids=["dashscope"], indirect=True)
 async def test_qwen_image_answers_at_once_and_its_urls_are_copied(
     client: Client, fake: FakeTasks, settings: Settings, redis: Redis
 ) -> None:
@@ -404,14 +433,15 @@ async def test_qwen_image_answers_at_once_and_its_urls_are_copied(
         done = await finished(
             client,
             await submit(client, model="qwen-image-2-pro", prompt="海报", count=2,
-                         size="1664x928", seed=5),
+                         size="1664x928", seed=3_000_000_005),
         )  # fmt: skip
     assert done["status"] == "succeeded", done
+    assert done["seed"] == 3_000_000_005  # ours; DashScope takes 0..2**31-1
     (sent,) = [r for r in fake.requests if r.method == "POST"]
     assert "X-DashScope-Async" not in sent.headers
     assert sent.json()["parameters"] == {
-        "size": "1664*928", "n": 2, "seed": 5, "prompt_extend": False,
-        "watermark": False,
+        "size": "1664*928", "n": 2, "seed": 3_000_000_005 - 2**31,
+        "prompt_extend": False, "watermark": False,
     }  # fmt: skip
     assert sent.json()["input"]["messages"][0]["content"] == [{"text": "海报"}]
     assert fake.creates == 0

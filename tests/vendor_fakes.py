@@ -291,6 +291,20 @@ class FakeDashScope(FakeTasks):
         body = dashscope_error("InvalidApiKey", "Invalid API-key provided.")
         return web.json_response(body, status=401)
 
+    @staticmethod
+    def _invalid(body: dict[str, Any], prompt: str) -> web.StreamResponse | None:
+        """DashScope's own bounds: parameters.seed 0..2147483647, a Wan prompt of
+        at most 800 characters (reference J §1)."""
+        seed = body.get("parameters", {}).get("seed")
+        if seed is not None and not 0 <= seed <= 2**31 - 1:
+            message = "The seed must be in the range [0, 2147483647]."
+        elif body.get("model", "").startswith("wan") and len(prompt) > 800:
+            message = "Range of input length should be [1, 800]"
+        else:
+            return None
+        error = dashscope_error("InvalidParameter", message)
+        return web.json_response(error, status=400)
+
     async def _image(self, request: web.Request) -> web.StreamResponse:
         if (canned := await self.scripted(request)) is not None:
             return canned
@@ -299,6 +313,8 @@ class FakeDashScope(FakeTasks):
         body = await request.json()
         if self.failure:
             return web.json_response(dashscope_error(self.failure), status=400)
+        if (invalid := self._invalid(body, "")) is not None:
+            return invalid
         count = body["parameters"]["n"]
         content = [
             {"image": self.serve(f"q{next(self._names)}.png", png(), "image/png")}
@@ -329,7 +345,10 @@ class FakeDashScope(FakeTasks):
                 "AccessDenied", "current user api does not support synchronous calls"
             )
             return web.json_response(body, status=403)
-        task = self.new_task("video", await request.json())
+        sent = await request.json()
+        if (invalid := self._invalid(sent, sent["input"]["prompt"])) is not None:
+            return invalid
+        task = self.new_task("video", sent)
         return web.json_response(
             {
                 "output": {"task_id": task.id, "task_status": "PENDING"},

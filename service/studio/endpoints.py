@@ -167,6 +167,8 @@ async def _fields(
         raise bad_field("seed")
     stored: dict[str, str | int] = {"model": model.id, "kind": model.kind}
     stored |= with_preset(app[CONTENT].presets, model, body, prompt, negative.strip())
+    if model.max_prompt is not None and len(str(stored["prompt"])) > model.max_prompt:
+        raise bad_field("prompt")  # more than its upstream takes (Wan: 800)
     stored |= {"size": size, "count": count, "seed": seed}
     if "reference" in body:
         reference = body["reference"]

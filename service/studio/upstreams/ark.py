@@ -27,7 +27,7 @@ from ...settings import UpstreamSettings
 from .base import Output, Request, UpstreamError
 from .fetch import decode_base64
 from .http import Answer, UpstreamHttp, error_code, failed, http_fault
-from .inputs import data_uri, nearest_ratio
+from .inputs import data_uri, int32_seed, nearest_ratio
 from .tasks import Polled, TaskUpstream, VendorApi
 
 IMAGES: Final = "/api/v3/images/generations"
@@ -61,7 +61,7 @@ def image_body(request: Request) -> dict[str, Any]:
         "model": request.upstream_model,
         "prompt": request.prompt,
         "size": f"{request.width}x{request.height}",
-        "seed": request.seed,
+        "seed": int32_seed(request.seed),
         "response_format": "b64_json",
         "sequential_image_generation": "disabled",
         "watermark": False,
@@ -87,7 +87,7 @@ def video_body(request: Request) -> dict[str, Any]:
         "resolution": "1080p" if min(request.width, request.height) >= 1080 else "720p",
         "ratio": ratio,
         "duration": round(request.seconds or 5),
-        "seed": request.seed,
+        "seed": int32_seed(request.seed),
         "watermark": False,
     }
 

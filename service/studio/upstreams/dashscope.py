@@ -27,7 +27,7 @@ from ...settings import UpstreamSettings
 from .base import Output, Request, UpstreamError
 from .fetch import fetch_result
 from .http import Answer, UpstreamHttp, error_code, failed, http_fault, retry_after
-from .inputs import data_uri, nearest_ratio
+from .inputs import data_uri, int32_seed, nearest_ratio
 from .tasks import Polled, TaskUpstream, VendorApi
 
 VIDEO: Final = "/api/v1/services/aigc/video-generation/video-synthesis"
@@ -67,7 +67,7 @@ def video_body(request: Request) -> dict[str, Any]:
         "duration": round(request.seconds or 5),
         "prompt_extend": False,
         "watermark": False,
-        "seed": request.seed,
+        "seed": int32_seed(request.seed),
     }
     model = request.upstream_model
     if request.reference is None:
@@ -86,7 +86,7 @@ def image_body(request: Request) -> dict[str, Any]:
     parameters: dict[str, Any] = {
         "size": f"{request.width}*{request.height}",
         "n": request.count,
-        "seed": request.seed,
+        "seed": int32_seed(request.seed),
         "prompt_extend": False,
         "watermark": False,
     }

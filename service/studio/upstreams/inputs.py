@@ -17,6 +17,9 @@ from typing import Any, Final
 from .fetch import sniff
 
 MEDIA_TYPES: Final = {"png": "image/png", "jpg": "image/jpeg", "webp": "image/webp"}
+# The seeds DashScope takes (0..2**31-1, an int32) and Ark and MiniMax store
+# as one; ours go up to 2**32-1.
+INT32_SEEDS: Final = 2**31 - 1
 # "45%" (tqdm, most runners) or "step 9/20" in a log line.
 _PERCENT: Final = re.compile(r"(\d{1,3}(?:\.\d+)?)\s*%")
 _STEPS: Final = re.compile(r"\b(\d{1,6})\s*/\s*(\d{1,6})\b")
@@ -84,3 +87,8 @@ def says_blocked(body: Any) -> bool:
     if isinstance(body, list):
         return any(says_blocked(value) for value in body)
     return False
+
+
+def int32_seed(seed: int) -> int:
+    """Fold our seed into 0..2**31-1: the same seed always sends the same one."""
+    return seed & INT32_SEEDS

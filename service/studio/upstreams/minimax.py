@@ -24,7 +24,7 @@ from ...settings import UpstreamSettings
 from .base import Output, Request, UpstreamError
 from .fetch import decode_base64
 from .http import UpstreamHttp, failed, http_fault
-from .inputs import data_uri, nearest_ratio
+from .inputs import data_uri, int32_seed, nearest_ratio
 from .tasks import Polled, TaskUpstream, VendorApi
 
 VIDEO: Final = "/v1/video_generation"
@@ -104,7 +104,7 @@ class MiniMaxApi(VendorApi):
                 ("1:1", "16:9", "4:3", "3:2", "2:3", "3:4", "9:16", "21:9"),
             ),
             "response_format": "base64",
-            "seed": request.seed,
+            "seed": int32_seed(request.seed),
             "n": request.count,
             "prompt_optimizer": False,
         }  # fmt: skip
