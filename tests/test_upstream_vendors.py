@@ -141,7 +141,8 @@ VENDORS = [
             Canned(200, minimax_answer(2013, "invalid params")),
             Canned(200, minimax_answer(1008, "insufficient balance")),
         ),
-        failed_task="",
+        # a failed task's code may be one a call would retry (1024: internal)
+        failed_task="1024",
         vendor_cancel=False,
     ),
 ]  # fmt: skip

@@ -509,9 +509,9 @@ def minimax_answer(code: int, message: str, **body: Any) -> dict[str, Any]:
 class FakeMiniMax(FakeTasks):
     """MiniMax: video_generation, query, files/retrieve; image_generation.
 
-    A failed task answers status Fail with base_resp 1027 (output sensitive)
-    when `failure` is "1027"; `refusal` makes the next create answer that
-    status code (with HTTP 200, as MiniMax does).
+    A failed task answers status Fail with base_resp `failure` as its code
+    (1027: output sensitive; 1024: internal); `refusal` makes the next create
+    answer that status code (with HTTP 200, as MiniMax does).
     """
 
     def __init__(self, key: str) -> None:

@@ -12,7 +12,8 @@ Errors mostly arrive with HTTP 200, in `base_resp.status_code` (0: success):
 1026 (input) and 1027 (output) sensitive content are CONTENT_BLOCKED; 1002
 (rate limit), 1000, 1001, 1024 and 1033 (unknown, timeout, internal,
 downstream) are retried; the rest (auth 1004, balance 1008, parameters 2013…)
-are UPSTREAM_FAILED at once. HTTP faults map the common way.
+are UPSTREAM_FAILED at once. A task that reports Fail is over whatever its
+code (but 1026/1027, CONTENT_BLOCKED). HTTP faults map the common way.
 """
 
 from __future__ import annotations
@@ -60,14 +61,19 @@ class MiniMaxApi(VendorApi):
             config.base_url, config.api_key, timeout=config.timeout
         )
 
-    async def _call(self, method: str, path: str, **options: Any) -> dict[str, Any]:
-        """One call whose answer must say status_code 0 (errors come with 200)."""
+    async def _answer(self, method: str, path: str, **options: Any) -> dict[str, Any]:
+        """One call's JSON object, whatever its status_code says."""
         answer = await self.http.call(method, path, **options)
         if not answer.ok:
             raise http_fault(answer)
         body = answer.json()
         if not isinstance(body, dict):
             raise failed()
+        return body
+
+    async def _call(self, method: str, path: str, **options: Any) -> dict[str, Any]:
+        """One call whose answer must say status_code 0 (errors come with 200)."""
+        body = await self._answer(method, path, **options)
         code = status_code(body)
         if code != 0:
             raise refusal(code)
@@ -119,12 +125,18 @@ class MiniMaxApi(VendorApi):
 
     async def poll(self, request: Request, task: str) -> Polled:
         """Query the task; on Success, retrieve its file's download URL."""
-        body = await self._call("GET", f"{QUERY}?task_id={quote(task, safe='')}")
-        status = body.get("status")
+        body = await self._answer("GET", f"{QUERY}?task_id={quote(task, safe='')}")
+        status, code = body.get("status"), status_code(body)
+        if status == "Fail":
+            # Final whatever its code: a retryable one (1024, internal) says why
+            # the task failed, not that asking again could revive it.
+            if code in BLOCKED:
+                raise refusal(code)
+            return Polled("failed")
+        if code != 0:
+            raise refusal(code)  # the query itself: a rate limit is asked again
         if status in STATES:
             return Polled(STATES[status])  # type: ignore[arg-type]
-        if status == "Fail":
-            return Polled("failed")
         if status != "Success":
             raise failed()
         file_id = body.get("file_id")
