@@ -104,6 +104,36 @@ async def test_seedream_answers_base64_images_at_once_one_call_per_image(
     await assert_books(client, 10, refunded=False)
 
 
+async def test_a_seedream_answer_may_take_twice_the_upstreams_timeout(
+    make_settings: SettingsFactory,
+    env: dict[str, str],
+    mail_server: MailCatcher,
+    redis: Redis,
+    aiohttp_client: AiohttpClient,
+    fake: FakeArk,
+) -> None:
+    """A synchronous image call waits twice `timeout` for its answer (the images
+    come in it): one call at 1 s, answered after 1.5 s, is kept, not sent again."""
+    settings = make_settings(**env, STUDIO_UPSTREAMS_ARK_TIMEOUT="1")
+    client = await aiohttp_client(create_app(settings))
+    await sign_in(client, mail_server)
+    image = base64.b64encode(png(32, 32)).decode()
+    answer = {
+        "model": "doubao-seedream-5-0-260128",
+        "created": 1764057600,
+        "data": [{"b64_json": image, "size": "2048x2048"}],
+        "error": None,
+    }
+    fake.script(Canned(200, answer, delay=1.5))  # fmt: skip
+    async with running_worker(redis, settings):
+        done = await finished(
+            client, await submit(client, model="seedream-5", prompt="一盏台灯")
+        )
+    assert done["status"] == "succeeded", done
+    assert len(fake.api_requests(IMAGES)) == 1
+    await assert_books(client, 5, refunded=False)
+
+
 async def test_a_reference_goes_to_seedream_as_a_data_uri(
     client: Client, fake: FakeArk, settings: Settings, redis: Redis
 ) -> None:

@@ -268,6 +268,12 @@ class UpstreamHttp:
         if not self.same_origin(url):
             raise failed()  # the key goes nowhere but the upstream's own origin
         sent = {**self.auth_headers(), **(headers or {})}
+        # The session's read timeout is the upstream's; a longer call needs its own.
+        options: dict[str, Any] = {}
+        if within is not None:
+            options["timeout"] = aiohttp.ClientTimeout(
+                total=None, connect=min(self.timeout, 15.0), sock_read=within
+            )
         try:
             async with asyncio.timeout(within or self.timeout):
                 async with self.session.request(
@@ -277,6 +283,7 @@ class UpstreamHttp:
                     data=data,
                     headers=sent,
                     allow_redirects=False,
+                    **options,
                 ) as response:
                     body = await read_limited(response, limit)
                     return Answer(response.status, response.headers, body)
