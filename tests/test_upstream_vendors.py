@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import io
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import FormData
+from PIL import Image
 from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
 
@@ -456,7 +458,7 @@ async def test_every_kling_request_carries_a_fresh_hs256_jwt(
 ) -> None:
     """iss = access key, exp = now + 30 min, nbf = now − 5 s; the secret never sent."""
     assert isinstance(fake, FakeKling)
-    image = png(64, 64, "navy")
+    image = png(400, 320, "navy")  # Kling's own: a PNG at least 300 px a side
     form = FormData()
     form.add_field("file", image, filename="ref.png", content_type="image/png")
     upload = await (await client.post("/api/uploads", data=form)).json()
@@ -484,6 +486,36 @@ async def test_every_kling_request_carries_a_fresh_hs256_jwt(
         "5",
     )
     assert "seed" not in sent
+
+
+@pytest.mark.parametrize("vendor", [VENDORS[1]], ids=["kling"], indirect=True)
+async def test_a_webp_or_small_reference_reaches_kling_as_a_png_it_reads(
+    client: Client, fake: FakeTasks, settings: Settings, redis: Redis
+) -> None:
+    """Kling reads JPEG or PNG of 300 px a side: a 150x100 WebP goes as a 450x300
+    PNG of the same picture (the fake refuses anything else with 1201)."""
+    picture = Image.new("RGB", (150, 100), "navy")
+    picture.paste(Image.new("RGB", (75, 100), "gold"), (75, 0))
+    buffer = io.BytesIO()
+    picture.save(buffer, format="WEBP", lossless=True)
+    form = FormData()
+    form.add_field(
+        "file", buffer.getvalue(), filename="ref.webp", content_type="image/webp"
+    )
+    upload = await (await client.post("/api/uploads", data=form)).json()
+    async with running_worker(redis, settings):
+        done = await finished(
+            client,
+            await submit(
+                client, model="kling-3", prompt="转身", reference=upload["id"]
+            ),
+        )
+    assert done["status"] == "succeeded", done
+    (created,) = [r for r in fake.requests if r.method == "POST"]
+    with Image.open(io.BytesIO(base64.b64decode(created.json()["image"]))) as sent:
+        assert (sent.format, sent.size) == ("PNG", (450, 300))
+        assert sent.convert("RGB").getpixel((10, 150)) == (0, 0, 128)
+        assert sent.convert("RGB").getpixel((440, 150)) == (255, 215, 0)
 
 
 @pytest.mark.parametrize("vendor", [VENDORS[1]], ids=["kling"], indirect=True)

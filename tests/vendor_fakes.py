@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import io
 import itertools
 import secrets
 import uuid
@@ -402,6 +403,19 @@ def kling_error(code: int, message: str) -> dict[str, Any]:
     return {"code": code, "message": message, "request_id": secrets.token_hex(16)}
 
 
+def _kling_reads(image: object) -> bool:
+    """Kling's own check of a reference: bare base64 of a JPEG or PNG, 300 px a side."""
+    from PIL import Image
+
+    if not isinstance(image, str):
+        return False
+    try:
+        with Image.open(io.BytesIO(base64.b64decode(image, validate=True))) as picture:
+            return picture.format in ("JPEG", "PNG") and min(picture.size) >= 300
+    except (ValueError, OSError):
+        return False
+
+
 class FakeKling(FakeTasks):
     """The Kling open platform: tasks behind a JWT it checks (HS256, iss, exp, nbf).
 
@@ -450,7 +464,11 @@ class FakeKling(FakeTasks):
             return refused
         path = f"{request.match_info['kind']}/{request.match_info['action']}"
         kind = "image" if path == "images/generations" else "video"
-        task = self.new_task(kind, await request.json())
+        sent = await request.json()
+        if "image" in sent and not _kling_reads(sent["image"]):
+            error = kling_error(1201, "image: jpg/png of at least 300px required")
+            return web.json_response(error, status=400)
+        task = self.new_task(kind, sent)
         return web.json_response(
             {
                 "code": 0,

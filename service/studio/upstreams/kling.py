@@ -20,6 +20,8 @@ concurrency of N is kept across the fleet by `max_in_flight = N`.
 from __future__ import annotations
 
 import base64
+import io
+import math
 import re
 import time
 from typing import Any, Final
@@ -35,6 +37,9 @@ TEXT2VIDEO: Final = "videos/text2video"
 IMAGE2VIDEO: Final = "videos/image2video"
 IMAGES: Final = "images/generations"
 PATHS: Final = frozenset({TEXT2VIDEO, IMAGE2VIDEO, IMAGES})
+# Kling reads a reference as a JPEG or PNG of at least 300 px a side.
+REFERENCE_FORMATS: Final = frozenset({"JPEG", "PNG"})
+REFERENCE_MIN_SIDE: Final = 300
 TOKEN_SECONDS: Final = 1800
 BLOCKED: Final = 1301
 RETRIED: Final = frozenset({1302, 1303, 5000, 5001, 5002})
@@ -85,6 +90,27 @@ def fault(answer: Answer) -> UpstreamError:
     return http_fault(answer)
 
 
+def reference_image(data: bytes) -> str:
+    """A reference as Kling takes it: bare base64 of a JPEG or PNG at least 300
+    px a side. Another upload (a WebP) or a smaller one is sent as a PNG, scaled
+    up to 300 px on its short side."""
+    from PIL import Image  # a worker's, when it builds a body: not serve's
+
+    with Image.open(io.BytesIO(data)) as image:
+        short = min(image.size)
+        if image.format in REFERENCE_FORMATS and short >= REFERENCE_MIN_SIDE:
+            return base64.b64encode(data).decode()
+        alpha = image.mode in ("RGBA", "LA", "PA") or "transparency" in image.info
+        picture = image.convert("RGBA" if alpha else "RGB")
+    if short < REFERENCE_MIN_SIDE:
+        scale = REFERENCE_MIN_SIDE / short
+        size = (math.ceil(picture.width * scale), math.ceil(picture.height * scale))
+        picture = picture.resize(size, Image.Resampling.LANCZOS)
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG", compress_level=1)  # only Kling reads it
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
 def create_of(request: Request) -> tuple[str, dict[str, Any]]:
     """The create path (under /v1/) and body for one generation."""
     body: dict[str, Any] = {
@@ -101,11 +127,11 @@ def create_of(request: Request) -> tuple[str, dict[str, Any]]:
             ),
         }
         if request.reference is not None:
-            body["image"] = base64.b64encode(request.reference).decode()
+            body["image"] = reference_image(request.reference)
         return IMAGES, body
     body |= {"mode": "std", "duration": str(round(request.seconds or 5))}
     if request.reference is not None:
-        body["image"] = base64.b64encode(request.reference).decode()  # bare base64
+        body["image"] = reference_image(request.reference)  # bare base64
         return IMAGE2VIDEO, body
     body["aspect_ratio"] = nearest_ratio(
         request.width, request.height, ("16:9", "9:16", "1:1")
