@@ -21,7 +21,7 @@ from .settings import Settings, SettingsError, variable
 from .square.feed import SquareStore
 from .store.connect import connect
 from .store.durable import WAIT_MS, ReplicasBehind
-from .studio.ledger import InsufficientCredits, Ledger, UnknownAccount
+from .studio.ledger import MAX_ADJUST, InsufficientCredits, Ledger, UnknownAccount
 from .studio.works import WorkStore
 
 OK: Final = 0
@@ -125,8 +125,11 @@ async def _revoke(redis: Redis, settings: Settings, email: str) -> int:
 async def _grant(
     redis: Redis, settings: Settings, email: str, amount: int, note: str
 ) -> int:
-    if amount == 0:
-        print("studio: the amount must not be 0", file=sys.stderr)
+    if not 0 < abs(amount) <= MAX_ADJUST:
+        print(
+            f"studio: the amount must be 1 to {MAX_ADJUST:,} credits, either way",
+            file=sys.stderr,
+        )
         return REFUSED
     ledger = Ledger(
         redis,

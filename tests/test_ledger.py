@@ -6,11 +6,18 @@ import contextlib
 import json
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from redis.asyncio import Redis
 
 from service.studio.generations import GenerationStore, SubmitRefused
-from service.studio.ledger import InsufficientCredits, Ledger, account_key
+from service.studio.ledger import (
+    MAX_ADJUST,
+    InsufficientCredits,
+    Ledger,
+    account_key,
+    script,
+)
 
 Operation = tuple[str, int]
 
@@ -121,3 +128,23 @@ async def test_any_sequence_keeps_entries_lots_and_balance_equal(
         assert all(e["balance_after"] >= 0 for e in entries)
     refunds = [e for e in (await _views(redis, "u3"))[3] if e["kind"] == "refund"]
     assert len(refunds) == len({e["generation_id"] for e in refunds})
+
+
+async def test_the_adjust_script_refuses_an_amount_out_of_bounds_before_writing(
+    redis: Redis,
+) -> None:
+    """Whatever calls it: a lot written and a balance refused would disagree."""
+    ledger = Ledger(redis, trial_credits=10, expire_months=24)
+    await ledger.open("u9", "u9@example.com", "addr-u9")
+    before = await _views(redis, "u9")
+    adjust = script(redis, "adjust")  # the script itself, past the Python bound
+    for amount in (MAX_ADJUST + 1, -(MAX_ADJUST + 1), 1.5, 0):
+        reply = await adjust(
+            keys=[account_key("u9")],
+            args=[amount, "", 1_764_000_000, "2025-11-24T00:00:00Z", 1_830_000_000,
+                  "2027-12-31T00:00:00Z", MAX_ADJUST],
+        )  # fmt: skip
+        assert reply == [b"BAD_AMOUNT"]
+    assert await _views(redis, "u9") == before
+    with pytest.raises(ValueError, match="the amount must be"):
+        await ledger.adjust("u9", MAX_ADJUST + 1, "")

@@ -448,6 +448,14 @@ async def test_an_operator_grant_is_an_adjust_entry_and_an_event(
     taken = await grant(me["email"], "-125")
     assert taken.returncode == 0
     assert taken.stdout.strip() == "0"
+    # amounts no ledger could hold exactly: refused whole, one line, nothing written
+    before = await (await client.get("/api/credits")).json()
+    for amount in ("100000001", "-100000001", str(10**23), "9007199254740993", "0"):
+        refused = await grant(me["email"], amount)
+        assert refused.returncode == 1, refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert await (await client.get("/api/credits")).json() == before
+    assert (await grant(me["email"], "100000000")).stdout.strip() == "100000000"
 
 
 async def test_a_published_work_has_a_page_that_previews_when_shared(

@@ -17,6 +17,9 @@ from ..store.durable import DurableScripts
 
 _LUA: Final = Path(__file__).parent / "lua"
 _PRELUDE: Final = (_LUA / "ledger.lua").read_text()
+# The most credits one operator grant or take-back moves (ten million yuan's
+# worth): far beyond any real one, and every sum stays an exact integer.
+MAX_ADJUST: Final = 100_000_000
 
 
 def account_key(account_id: str) -> str:
@@ -146,12 +149,18 @@ class Ledger:
 
     async def adjust(self, account_id: str, amount: int, note: str) -> int:
         """Grant (a bonus lot) or take back credits as `adjust`; the new balance."""
+        if not 0 < abs(amount) <= MAX_ADJUST:
+            raise ValueError(f"the amount must be 1 to {MAX_ADJUST} either way")
         moment = now()
         args: list[str | int] = [amount, note, int(moment.timestamp()), iso(moment)]
         reply = await self._durable.run(
-            self._adjust, [account_key(account_id)], args + self._expiry(moment)
+            self._adjust,
+            [account_key(account_id)],
+            args + self._expiry(moment) + [MAX_ADJUST],
         )
         outcome = text(reply[0])
+        if outcome == "BAD_AMOUNT":
+            raise ValueError(f"the amount must be 1 to {MAX_ADJUST} either way")
         if outcome == "NO_ACCOUNT":
             raise UnknownAccount(account_id)
         if outcome == "INSUFFICIENT_CREDITS":

@@ -1,7 +1,14 @@
 -- An operator's grant (a `bonus` lot) or take-back (in spending order), as `adjust`.
--- ARGV: amount (signed), note, now epoch, now_iso, expires epoch, expires_iso
+-- ARGV: amount (signed), note, now epoch, now_iso, expires epoch, expires_iso,
+--       the largest amount
 local amount, note = tonumber(ARGV[1]), ARGV[2]
 local now_epoch, now_iso = tonumber(ARGV[3]), ARGV[4]
+-- Checked before any write: a lot written and a balance refused would leave the
+-- three views disagreeing (Redis does not roll a script back).
+if not amount or amount == 0 or amount ~= math.floor(amount)
+    or math.abs(amount) > tonumber(ARGV[7]) then
+  return {'BAD_AMOUNT'}
+end
 if redis.call('EXISTS', P) == 0 then return {'NO_ACCOUNT'} end
 sweep(now_epoch, now_iso)
 if amount > 0 then
