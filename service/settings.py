@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import re
@@ -10,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, cast
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from email_validator import EmailNotValidError, validate_email
 
@@ -300,6 +301,10 @@ def _read_toml(path: Path, label: str) -> dict[str, Any]:
         raise SettingsError(f"{label}: cannot read {path}: {err.strerror}") from err
     except tomllib.TOMLDecodeError as err:
         raise SettingsError(f"{label}: {path} is not valid TOML: {err}") from err
+    except UnicodeDecodeError as err:  # TOML is UTF-8
+        raise SettingsError(
+            f"{label}: {path} is not UTF-8 (byte {err.start})"
+        ) from None
 
 
 def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -314,7 +319,7 @@ def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def _build(raw: Mapping[str, Any]) -> Settings:
     base_url = _base_url(raw["base_url"])
-    host_name = urlsplit(base_url).hostname or "localhost"
+    host_name = _split("base_url", base_url).hostname or "localhost"
     tls = _text(raw, "smtp.tls").lower()
     if tls not in ("off", "starttls", "tls"):
         raise SettingsError(f"{variable('smtp.tls')}: must be off, starttls or tls")
@@ -501,7 +506,7 @@ def _upstreams(raw: Mapping[str, Any]) -> dict[str, UpstreamSettings]:
                 f" {', '.join(UPSTREAM_PROTOCOLS)}"
             )
         base_url = _text(section, f"{prefix}.base_url").rstrip("/")
-        parts = urlsplit(base_url)
+        parts = _split(f"{prefix}.base_url", base_url)
         off = protocol in KEYLESS_PROTOCOLS and not base_url
         if (
             protocol != "demo"
@@ -526,6 +531,16 @@ def _upstreams(raw: Mapping[str, Any]) -> dict[str, UpstreamSettings]:
     return upstreams
 
 
+def _split(key: str, url: str) -> SplitResult:
+    """Split a URL setting; one that cannot be split names its setting."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018  (raises on a malformed port)
+    except ValueError as err:
+        raise SettingsError(f"{variable(key)}: not a URL ({err})") from None
+    return parts
+
+
 def _text(raw: Mapping[str, Any], key: str) -> str:
     value = raw[key]
     if not isinstance(value, str):
@@ -542,10 +557,12 @@ def _secret(raw: Mapping[str, Any], key: str) -> str:
 
 def _integer(raw: Mapping[str, Any], key: str, low: int, high: int) -> int:
     value = raw[key]
-    try:
-        number = int(value) if not isinstance(value, bool) else None
-    except ValueError:
-        number = None
+    number: int | None = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str):  # a variable; 2.5 is not 2, nor is [1] 1
+        with contextlib.suppress(ValueError):
+            number = int(value.strip())
     if number is None or not low <= number <= high:
         raise SettingsError(f"{variable(key)}: must be an integer {low}-{high}")
     return number
@@ -572,7 +589,7 @@ def _on_off(raw: Mapping[str, Any], key: str) -> bool:
 
 def _public_url(raw: Mapping[str, Any], key: str) -> str:
     url = _text(raw, key).rstrip("/")
-    if url and urlsplit(url).scheme not in ("http", "https"):
+    if url and _split(key, url).scheme not in ("http", "https"):
         raise SettingsError(f"{variable(key)}: must be an http:// or https:// URL")
     return url
 
@@ -624,10 +641,12 @@ def _media_s3(raw: Mapping[str, Any]) -> MediaS3Settings | None:
 
 def _number(raw: Mapping[str, Any], key: str, low: float, high: float) -> float:
     value = raw[key]
-    try:
-        number = float(value) if not isinstance(value, bool) else None
-    except ValueError:
-        number = None
+    number: float | None = None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+    elif isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            number = float(value.strip())
     if number is None or not low <= number <= high:
         raise SettingsError(f"{variable(key)}: must be a number {low}-{high}")
     return number
@@ -637,11 +656,7 @@ def _base_url(value: Any) -> str:
     name = variable("base_url")
     if not isinstance(value, str):
         raise SettingsError(f"{name}: must be a string")
-    parts = urlsplit(value.strip())
-    try:
-        parts.port  # noqa: B018  (raises on a malformed port)
-    except ValueError as err:
-        raise SettingsError(f"{name}: malformed port") from err
+    parts = _split("base_url", value.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise SettingsError(f"{name}: must be an http:// or https:// origin")
     if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:
@@ -651,7 +666,7 @@ def _base_url(value: Any) -> str:
 
 def _redis_url(raw: Mapping[str, Any]) -> str:
     url = _text(raw, "redis_url")
-    if url and urlsplit(url).scheme not in REDIS_SCHEMES:
+    if url and _split("redis_url", url).scheme not in REDIS_SCHEMES:
         raise SettingsError(
             f"{variable('redis_url')}: must be a redis://, rediss://, unix:// or"
             " redis+cluster:// URL"
@@ -787,7 +802,8 @@ def _pem(raw: Mapping[str, Any], key: str, *, private: bool) -> str:
 
 def _https_url(raw: Mapping[str, Any], key: str) -> str:
     url = _text(raw, key).rstrip("/")
-    if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
+    parts = _split(key, url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise SettingsError(f"{variable(key)}: must be an http:// or https:// URL")
     return url
 

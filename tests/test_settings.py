@@ -112,6 +112,15 @@ def test_every_contract_variable_is_understood() -> None:
             "STUDIO_MODERATION_APP_ID",
         ),
         ({"STUDIO_MODERATION_ENDPOINT": "green-cip"}, "STUDIO_MODERATION_ENDPOINT"),
+        # URLs urlsplit itself cannot split
+        ({"STUDIO_BASE_URL": "http://[::1"}, "STUDIO_BASE_URL"),
+        ({"STUDIO_REDIS_URL": "redis://[::1"}, "STUDIO_REDIS_URL"),
+        ({"STUDIO_MEDIA_PUBLIC_URL": "http://[x"}, "STUDIO_MEDIA_PUBLIC_URL"),
+        (
+            {"STUDIO_UPSTREAMS_OPENAI_BASE_URL": "https://[x"},
+            "STUDIO_UPSTREAMS_OPENAI_BASE_URL",
+        ),
+        ({"STUDIO_JOBS_PER_USER": "2.5"}, "STUDIO_JOBS_PER_USER"),  # not 2
     ],
 )
 def test_a_bad_value_names_its_variable(environ: dict[str, str], named: str) -> None:
@@ -129,6 +138,29 @@ def test_overlay_with_an_unknown_key_is_refused(tmp_path: Path) -> None:
     overlay.write_text("prot = 1\n")
     with pytest.raises(SettingsError, match="STUDIO_CONFIG: unknown setting 'prot'"):
         load_settings({"STUDIO_CONFIG": str(overlay)})
+
+
+@pytest.mark.parametrize(
+    ("overlay", "named"),
+    [
+        (b"[jobs]\nper_user = [1]\n", "STUDIO_JOBS_PER_USER"),
+        (b"[jobs]\nper_user = 1979-05-27\n", "STUDIO_JOBS_PER_USER"),
+        (b"[jobs]\nper_user = 2.5\n", "STUDIO_JOBS_PER_USER"),
+        (b"trial_credits = 10.9\n", "STUDIO_TRIAL_CREDITS"),
+        (b"[demo]\nseconds = [1]\n", "STUDIO_DEMO_SECONDS"),
+        (b'[demo]\nseconds = "soon"\n', "STUDIO_DEMO_SECONDS"),
+        (b'base_url = "\xff"\n', "STUDIO_CONFIG"),  # not UTF-8
+    ],
+)
+def test_an_overlay_value_of_the_wrong_type_names_its_setting(
+    tmp_path: Path, overlay: bytes, named: str
+) -> None:
+    """A list, a date, a fraction or bytes that are no text: one line, no traceback."""
+    path = tmp_path / "overlay.toml"
+    path.write_bytes(overlay)
+    with pytest.raises(SettingsError) as caught:
+        load_settings({"STUDIO_CONFIG": str(path)})
+    assert str(caught.value).startswith(named + ":")
 
 
 def test_serve_requires_redis_and_a_secret() -> None:
