@@ -193,6 +193,8 @@ def _read(path: Path) -> dict[str, Any]:
         raise ContentError(f"{path}: cannot read: {err.strerror}") from None
     except tomllib.TOMLDecodeError as err:
         raise ContentError(f"{path}: not valid TOML: {err}") from None
+    except UnicodeDecodeError as err:  # TOML is UTF-8 (tomllib decodes it whole)
+        raise ContentError(f"{path}: not UTF-8: byte {err.start}") from None
 
 
 class _Table:

@@ -146,6 +146,18 @@ async def test_an_operator_directory_is_what_every_page_and_list_shows(
     assert ("operator-image", 3) in shown
     packs = (await (await client.get("/api/packs")).json())["packs"]
     assert packs[0] == {"id": "p50", "yuan": 50, "credits": 500, "bonus": 5}
+    # the terms and the refund policy name the operator's packs, not ours
+    for path, phrase in (
+        ("/terms", "50 元 500 积分另赠 5 积分"),
+        ("/terms", "50 yuan for 500 credits plus 5 bonus credits"),
+        ("/refund", "50 元 500 积分"),
+        ("/refund", "5 with the 50 yuan pack"),
+    ):
+        for accept in ({}, MARKDOWN):
+            document = await (await client.get(path, headers=accept)).text()
+            assert phrase in document, (path, accept, phrase)
+            assert "30 元 300 积分" not in document
+            assert "30 yuan for 300" not in document
 
     sitemap = etree.fromstring(await (await client.get("/sitemap.xml")).read())
     space = {"s": "http://www.sitemaps.org/schemas/sitemap/0.9"}
@@ -206,6 +218,13 @@ def _missing_models(directory: Path) -> None:
 
 def _editing(name: str, old: str, new: str) -> Breaker:
     return lambda directory: edit(directory / name, old, new)
+
+
+def _not_utf8(name: str) -> Breaker:
+    def breaker(directory: Path) -> None:
+        (directory / name).write_bytes(b'x = "\xff"\n')
+
+    return breaker
 
 
 SEEDREAM = 'models[0] (id "seedream-4")'
@@ -271,6 +290,12 @@ BAD_CASES: list[tuple[str, Breaker, str, str]] = [
         _editing("site.toml", "updated = 2026-11-01\n", "updated = 2026-11-31\n"),
         "site.toml",
         "not valid TOML",
+    ),
+    (
+        "not-utf-8",
+        _not_utf8("presets.toml"),
+        "presets.toml",
+        "not UTF-8",
     ),
     (
         "no-prompt-at-all",
