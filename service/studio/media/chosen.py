@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from ...settings import MediaS3Settings, SettingsError, WorkbenchSettings, variable
@@ -25,6 +27,21 @@ def media_store(settings: WorkbenchSettings) -> MediaStore:
     return _bucket(settings.media_s3, settings.media_public_url)
 
 
+def _usable_directory(root: Path) -> None:
+    """Make the media directory, and prove a file can be written in it."""
+    if root.exists() and not root.is_dir():
+        raise SettingsError(f"{variable('media.dir')}: {root} is not a directory")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=root, prefix=".probe-"):
+            pass
+    except OSError as err:
+        raise SettingsError(
+            f"{variable('media.dir')}: cannot keep media in {root}:"
+            f" {err.strerror or err}"
+        ) from None
+
+
 def _bucket(s3: MediaS3Settings, public_url: str) -> S3MediaStore:
     """Build the bucket's store: obstore is loaded only where a bucket is set."""
     from .s3 import S3MediaStore
@@ -39,6 +56,7 @@ async def opened_media_store(settings: WorkbenchSettings) -> MediaStore:
     that cannot be reached yet is only logged, as it may come up later.
     """
     if settings.media_s3 is None:
+        _usable_directory(settings.media_dir)
         return media_store(settings)
     store = _bucket(settings.media_s3, settings.media_public_url)
     try:
