@@ -27,7 +27,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     STUDIO_PORT=8080 \
     STUDIO_MEDIA_DIR=/data/media
 
-# /data/media is the media store's volume (compose mounts it in app and worker).
+# /data/media keeps media when no bucket is set (compose sets one: SeaweedFS);
+# mount a volume there shared by app and worker to run without one.
 # Every dependency pinned and checked against its hash, prebuilt wheels only;
 # then the service's wheel, which brings nothing else in.
 # Bytecode is compiled here, for the level every process runs at

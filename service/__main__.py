@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import sys
 from typing import Final
 
@@ -82,8 +83,14 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as err:
         print(f"studio: configuration error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `| head` stopped reading: nothing to say about it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except OSError as err:
-        print(f"studio: cannot start: {err}", file=sys.stderr)
+        started = args.command in ("serve", "worker", "dev")
+        print(
+            f"studio: {'cannot start' if started else 'failed'}: {err}", file=sys.stderr
+        )
         return 1
     with contextlib.suppress(Exception):
         logging.shutdown()
