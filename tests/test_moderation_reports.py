@@ -83,11 +83,12 @@ async def test_bad_reports_name_their_field_and_a_missing_work_is_404(
             400,
             {"error": "BAD_REQUEST", "field": field},
         )
-    for body, field in (
+    shapes: tuple[tuple[dict[str, object], str], ...] = (
         ({"reason": "x"}, "category"),  # missing
         ({"reason": "x", "category": "other", "extra": 1}, "extra"),  # unknown
-    ):
-        response = await visitor.post(f"/api/square/{wid}/report", json=body)
+    )
+    for shape, field in shapes:
+        response = await visitor.post(f"/api/square/{wid}/report", json=shape)
         assert (response.status, await response.json()) == (
             400,
             {"error": "BAD_REQUEST", "field": field},
