@@ -535,7 +535,6 @@ def _split(key: str, url: str) -> SplitResult:
     """Split a URL setting; one that cannot be split names its setting."""
     try:
         parts = urlsplit(url)
-        parts.port  # noqa: B018  (raises on a malformed port)
     except ValueError as err:
         raise SettingsError(f"{variable(key)}: not a URL ({err})") from None
     return parts
@@ -657,6 +656,10 @@ def _base_url(value: Any) -> str:
     if not isinstance(value, str):
         raise SettingsError(f"{name}: must be a string")
     parts = _split("base_url", value.strip())
+    try:
+        parts.port  # noqa: B018  (raises on a malformed port)
+    except ValueError as err:
+        raise SettingsError(f"{name}: malformed port") from err
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise SettingsError(f"{name}: must be an http:// or https:// origin")
     if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username:

@@ -163,6 +163,12 @@ def test_an_overlay_value_of_the_wrong_type_names_its_setting(
     assert str(caught.value).startswith(named + ":")
 
 
+def test_a_cluster_url_of_several_nodes_is_a_url() -> None:
+    """Its netloc lists host:port pairs: no single port to read, and none refused."""
+    url = "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002"
+    assert load_settings({"STUDIO_REDIS_URL": url}).redis_url == url
+
+
 def test_serve_requires_redis_and_a_secret() -> None:
     """Production refuses to start without the two settings it cannot default."""
     with pytest.raises(SettingsError, match=r"^STUDIO_REDIS_URL: required by serve$"):
