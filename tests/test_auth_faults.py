@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import http_sf
 import pytest
 from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
@@ -66,6 +67,9 @@ def _address() -> str:
     return f"fault-{uuid.uuid4().hex[:10]}@example.com"
 
 
+_ADDRESS_BUCKETS = ("code-cooldown", "code-email-hour", "code-email-day")
+
+
 @pytest.mark.parametrize("mode", ["refuse", "hang"])
 async def test_a_failing_relay_gives_503_in_time_and_a_retry_works(
     flaky_client: Client, relay: FlakyRelay, redis: Redis, mode: str
@@ -81,6 +85,15 @@ async def test_a_failing_relay_gives_503_in_time_and_a_retry_works(
     assert await failed.json() == {"error": "MAIL_UNAVAILABLE"}
     assert int(failed.headers["Retry-After"]) > 0
     assert [key async for key in redis.scan_iter("studio:code:*")] == []
+    # its RateLimit shows the address's buckets full again (default bursts 1, 3, 10)
+    parsed = http_sf.parse(failed.headers["RateLimit"].encode(), tltype="list")
+    states: dict[str, Any] = dict(parsed)  # type: ignore[arg-type]
+    given_back = {name: states[name]["r"] for name in _ADDRESS_BUCKETS}
+    assert given_back == {
+        "code-cooldown": 1,
+        "code-email-hour": 3,
+        "code-email-day": 10,
+    }
 
     relay.mode = "ok"
     retried = await flaky_client.post("/api/auth/code", json={"email": email})

@@ -145,11 +145,18 @@ async def enforce(
 async def refund(
     request: web.Request, subject: str, policies: Sequence[Policy]
 ) -> None:
-    """Give a subject its tokens back; a failure here only costs the client a wait."""
+    """Give a subject its tokens back; a failure here only costs the client a wait.
+
+    The answer's RateLimit then shows them back too (the request's decisions).
+    """
     try:
         await request.app[LIMITER].refund(subject, policies)
     except LimiterUnavailable:
         _LOGGER.warning("could not refund %s", ",".join(p.name for p in policies))
+        return
+    if decisions := request.get(DECISIONS):
+        names = {policy.name for policy in policies}
+        request[DECISIONS] = [decision.refunded(names) for decision in decisions]
 
 
 def setup_remembered_denials(

@@ -8,7 +8,7 @@ import math
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -117,6 +117,16 @@ class BucketState:
         """Tell whether this bucket refused the request."""
         return self.retry_us > 0
 
+    def refunded(self, cost: int = 1) -> BucketState:
+        """This bucket once `cost` tokens are given back (never past full)."""
+        policy = self.policy
+        return BucketState(
+            policy,
+            min(policy.burst, self.remaining + cost),
+            self.retry_us,
+            max(0, self.reset_us - cost * policy.interval_us),
+        )
+
     def header(self) -> str:
         """Render this bucket for RateLimit (draft -10): r, and t to the next token."""
         policy = self.policy
@@ -141,6 +151,14 @@ class Decision:
         # µs until every denying bucket would let the request pass
         worst = max((s.retry_us for s in self.states if s.denied), default=0)
         object.__setattr__(self, "worst_retry_us", worst)
+
+    def refunded(self, names: Set[str]) -> Decision:
+        """This decision once the named policies' tokens are given back."""
+        states = tuple(
+            state.refunded() if state.policy.name in names else state
+            for state in self.states
+        )
+        return Decision(self.allowed, states)
 
     @property
     def retry_after(self) -> int:
