@@ -55,8 +55,12 @@ def main(argv: list[str] | None = None) -> int:
     add_commands(commands)
     add_labels_command(commands)
     args = parser.parse_args(argv)
+    # The servers log what they do; an operator command answers on stdout, and
+    # its stderr carries only what went wrong.
+    running = args.command in ("serve", "worker", "dev")
     logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=logging.INFO if running else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
         settings = load_settings()

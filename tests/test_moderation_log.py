@@ -108,6 +108,8 @@ async def test_the_operator_reads_the_log_by_account_and_tests_a_text(
     allowed = await studio_command("moderation", "test", "a lamp", environ=environ)
     assert allowed.returncode == 0
     assert json.loads(allowed.stdout)["verdict"] == "allowed"
+    # an operator command's answer is its stdout; stderr only says what went wrong
+    assert refused.stderr == allowed.stderr == ""
     bad = await studio_command("moderation", "log", "--since", "x", environ=environ)
     assert bad.returncode == 2
 
