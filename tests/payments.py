@@ -34,6 +34,10 @@ def other_keys() -> FakeKeys:
     return FakeKeys.generate()
 
 
+# Where refund notices go (WeChat takes it per refund; the fake sends none there).
+NOTIFY = "https://studio.example/webhooks/wechatpay"
+
+
 def order_id() -> str:
     """A fresh order id shaped like ours (account id + 8 hex)."""
     return secrets.token_hex(16)

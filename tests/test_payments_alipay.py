@@ -25,6 +25,7 @@ from service.payments.providers.alipay import AlipayConfig, AlipayProvider
 from service.payments.providers.base import BadNotice, ProviderError
 
 from .payments import (
+    NOTIFY,
     Rig,
     fake_keys,
     fake_rig,
@@ -236,7 +237,7 @@ async def test_a_gateway_that_is_down_is_a_provider_error(rig: Rig) -> None:
         await provider.query(order_id())
     assert refused.value.code == "UNREACHABLE"
     with pytest.raises(ProviderError):
-        await provider.refund(order_id(), "r", 100, 9800)
+        await provider.refund(order_id(), "r", 100, 9800, NOTIFY)
 
 
 async def test_a_gateway_answering_garbage_is_a_provider_error(rig: Rig) -> None:
@@ -254,8 +255,10 @@ async def test_a_gateway_answering_garbage_is_a_provider_error(rig: Rig) -> None
 async def test_a_refund_retried_with_the_same_id_refunds_once(rig: Rig) -> None:
     oid = order_id()
     await paid_trade(rig, "alipay", oid)
-    await rig.alipay.refund(oid, f"{oid}-r1", 8360, 9800)
-    await rig.alipay.refund(oid, f"{oid}-r1", 8360, 9800)
+    first = await rig.alipay.refund(oid, f"{oid}-r1", 8360, 9800, NOTIFY)
+    # the same request again: fund_change N, and the refund query says it succeeded
+    again = await rig.alipay.refund(oid, f"{oid}-r1", 8360, 9800, NOTIFY)
+    assert first == again == "done"
     assert await rig.gateway.refunds(oid) == {f"{oid}-r1": 8360}
     assert (await trade(rig, oid))["refunded"] == "8360"
 
@@ -263,15 +266,15 @@ async def test_a_refund_retried_with_the_same_id_refunds_once(rig: Rig) -> None:
 async def test_a_refund_the_gateway_refuses_is_a_provider_error(rig: Rig) -> None:
     oid = order_id()
     with pytest.raises(ProviderError) as unknown:
-        await rig.alipay.refund(oid, f"{oid}-r1", 100, 9800)
+        await rig.alipay.refund(oid, f"{oid}-r1", 100, 9800, NOTIFY)
     assert unknown.value.code == "ACQ.TRADE_NOT_EXIST"
     await open_trade(rig, "alipay", oid)
     with pytest.raises(ProviderError) as unpaid:
-        await rig.alipay.refund(oid, f"{oid}-r1", 100, 9800)
+        await rig.alipay.refund(oid, f"{oid}-r1", 100, 9800, NOTIFY)
     assert unpaid.value.code == "ACQ.TRADE_STATUS_ERROR"
     assert await rig.gateway.pay(oid) is not None
     with pytest.raises(ProviderError) as too_much:
-        await rig.alipay.refund(oid, f"{oid}-r1", 9801, 9800)
+        await rig.alipay.refund(oid, f"{oid}-r1", 9801, 9800, NOTIFY)
     assert too_much.value.code == "ACQ.REFUND_AMT_NOT_EQUAL_TOTAL"
     assert await rig.gateway.refunds(oid) == {}
 

@@ -16,7 +16,15 @@ from redis.asyncio import Redis
 from service.payments.fake import KEYS_KEY, FakeGateway, FakeKeys, trade_key
 from service.payments.providers.base import ProviderError
 
-from .payments import Rig, fake_keys, fake_rig, open_trade, order_id, paid_trade
+from .payments import (
+    NOTIFY,
+    Rig,
+    fake_keys,
+    fake_rig,
+    open_trade,
+    order_id,
+    paid_trade,
+)
 
 
 @pytest.fixture
@@ -193,7 +201,7 @@ async def test_console_refunds_need_a_paid_trade_and_something_new(rig: Rig) -> 
     await paid_trade(rig, "alipay", oid)
     with pytest.raises(ValueError, match="refused"):
         await rig.gateway.refund_from_console(oid, 9801)
-    await rig.alipay.refund(oid, f"{oid}-r1", 1000, 9800)
+    await rig.alipay.refund(oid, f"{oid}-r1", 1000, 9800, NOTIFY)
     with pytest.raises(ValueError, match="nothing new"):
         await rig.gateway.refund_from_console(oid, 1000)
     delivery = await rig.gateway.refund_from_console(oid, 1500)
@@ -206,7 +214,7 @@ async def test_concurrent_refunds_with_one_id_refund_once(rig: Rig) -> None:
     oid = order_id()
     await paid_trade(rig, "wechatpay", oid)
     await asyncio.gather(
-        *(rig.wechatpay.refund(oid, f"{oid}-r1", 4900, 9800) for _ in range(5))
+        *(rig.wechatpay.refund(oid, f"{oid}-r1", 4900, 9800, NOTIFY) for _ in range(5))
     )
     assert await rig.gateway.refunds(oid) == {f"{oid}-r1": 4900}
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import sys
 import time
@@ -239,3 +240,81 @@ async def test_a_refund_killed_while_the_provider_holds_it_is_finished_by_a_reru
     assert trade["refunded"] == "9800"
     assert [e["amount"] for e in await entries(shop, "purchase_refund")] == [-1060]
     assert (await get_order(shop.client, oid))["status"] == "refunded"
+
+
+async def test_a_refund_wechat_is_still_processing_is_finished_by_its_notice(
+    shop: Shop, redis: Redis, redis_server: RedisServer
+) -> None:
+    """PROCESSING: the credits are taken, the order is not `refunded` until the
+    money moved; its REFUND.SUCCESS notice finishes it (reference I §2.5)."""
+    oid = await bought_and_spent(shop, "wechatpay", 0)
+    shop.gateway.refund_status = "PROCESSING"
+    done = await payments(shop, redis_server, "refund", oid)
+    assert done.returncode == 0, done.stderr
+    assert "still processing" in done.stdout
+    assert f"{oid}: refunded" not in done.stdout
+    assert await redis.hget(order_key(oid), "refund_state") == b"pending"
+    assert (await get_order(shop.client, oid))["status"] == "paid"
+    assert [e["amount"] for e in await entries(shop, "purchase_refund")] == [-1060]
+    trade = await shop.gateway.trade(oid)
+    assert trade is not None
+    notice = shop.gateway.wechat_refund_notice(oid, trade, f"{oid}-r1", 9800)
+    delivery = await shop.gateway.deliver(notice)
+    assert delivery.status == 204
+    assert await redis.hget(order_key(oid), "refund_state") == b"done"
+    order = await get_order(shop.client, oid)
+    assert (order["status"], order["refunded_yuan"]) == ("refunded", "98.00")
+    assert [e["amount"] for e in await entries(shop, "purchase_refund")] == [-1060]
+
+
+async def test_a_console_refund_counts_beside_ours_whose_notice_never_came(
+    shop: Shop, redis: Redis, redis_server: RedisServer
+) -> None:
+    """WeChat reports refunds one by one: ours (58 yuan, no notice) and then a
+    console one of 40 yuan take 400 credits more, not 0 (the sum, not the last)."""
+    oid = await bought_and_spent(shop, "wechatpay", 500)
+    done = await payments(shop, redis_server, "refund", oid)
+    assert done.returncode == 0, done.stderr
+    assert await shop.gateway.refunds(oid) == {f"{oid}-r1": 5800}
+    delivery = await shop.gateway.refund_from_console(oid, 9800)
+    assert delivery.status == 204
+    me = await (await shop.client.get("/api/me")).json()
+    assert (me["credits"], me["credits_owed"]) == (0, 400)
+    again = await shop.gateway.deliver(delivery)  # a repeat takes nothing more
+    assert again.status == 204
+    me = await (await shop.client.get("/api/me")).json()
+    assert me["credits_owed"] == 400
+
+
+async def test_an_abnormal_or_closed_refund_is_logged_for_a_person_and_changes_nothing(
+    shop: Shop,
+    redis: Redis,
+    redis_server: RedisServer,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """REFUND.ABNORMAL / REFUND.CLOSED: acknowledged, an error in the log."""
+    oid = await bought_and_spent(shop, "wechatpay", 0)
+    shop.gateway.refund_status = "PROCESSING"
+    assert (await payments(shop, redis_server, "refund", oid)).returncode == 0
+    before = await redis.hgetall(order_key(oid))
+    trade = await shop.gateway.trade(oid)
+    assert trade is not None
+    for event in ("REFUND.ABNORMAL", "REFUND.CLOSED"):
+        resource = {
+            "mchid": shop.gateway.keys.mchid, "out_trade_no": oid,
+            "transaction_id": trade["trade_no"], "out_refund_no": f"{oid}-r1",
+            "refund_id": "50" + "1" * 27, "refund_status": event.split(".")[1],
+            "amount": {"total": 9800, "refund": 9800, "payer_total": 9800,
+                       "payer_refund": 9800},
+        }  # fmt: skip
+        notice = shop.gateway.wechat_notice(
+            trade["notify_url"], event, "refund", resource
+        )
+        with caplog.at_level(logging.ERROR, logger="service.payments.webhooks"):
+            assert (await shop.gateway.deliver(notice)).status == 204
+        assert f"order {oid}: refund {oid}-r1 ABNORMAL or CLOSED" in caplog.text
+    after = await redis.hgetall(order_key(oid))
+    assert {k: v for k, v in after.items() if k != b"notices"} == {
+        k: v for k, v in before.items() if k != b"notices"
+    }
+    assert (await get_order(shop.client, oid))["status"] == "paid"

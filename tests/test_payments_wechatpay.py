@@ -28,6 +28,7 @@ from service.payments.providers.base import BadNotice, ProviderError
 from service.payments.providers.wechatpay import WechatPayConfig, WechatPayProvider
 
 from .payments import (
+    NOTIFY,
     Rig,
     fake_keys,
     fake_rig,
@@ -188,7 +189,7 @@ async def test_a_gateway_that_is_down_is_a_provider_error(rig: Rig) -> None:
     provider = WechatPayProvider(config, rig.session)
     for call in (
         provider.query(order_id()),
-        provider.refund(order_id(), "r1", 1, 100),
+        provider.refund(order_id(), "r1", 1, 100, NOTIFY),
         provider.create(rig.checkout("wechatpay", order_id())),
     ):
         with pytest.raises(ProviderError) as refused:
@@ -220,7 +221,7 @@ async def test_a_query_follows_the_trade_from_unknown_to_refunded(rig: Rig) -> N
     assert paid is not None
     assert (paid.paid, paid.total_fen) == (True, 9800)
     assert paid.trade_no == (await trade(rig, oid))["trade_no"]
-    await rig.wechatpay.refund(oid, f"{oid}-r1", 100, 9800)
+    await rig.wechatpay.refund(oid, f"{oid}-r1", 100, 9800, NOTIFY)
     refunded = await rig.wechatpay.query(oid)
     assert refunded is not None
     assert (refunded.paid, refunded.refunded_fen) == (True, 0)  # trade_state REFUND
@@ -229,27 +230,43 @@ async def test_a_query_follows_the_trade_from_unknown_to_refunded(rig: Rig) -> N
 async def test_a_refund_retried_with_the_same_id_refunds_once(rig: Rig) -> None:
     oid = order_id()
     await paid_trade(rig, "wechatpay", oid)
-    await rig.wechatpay.refund(oid, f"{oid}-r1", 8360, 9800)
-    await rig.wechatpay.refund(oid, f"{oid}-r1", 8360, 9800)
+    first = await rig.wechatpay.refund(oid, f"{oid}-r1", 8360, 9800, NOTIFY)
+    again = await rig.wechatpay.refund(oid, f"{oid}-r1", 8360, 9800, NOTIFY)
+    assert first == again == "done"
     assert await rig.gateway.refunds(oid) == {f"{oid}-r1": 8360}
     assert (await trade(rig, oid))["refunded"] == "8360"
+
+
+async def test_a_refund_still_processing_is_not_done_until_it_says_success(
+    rig: Rig,
+) -> None:
+    """WeChat may answer PROCESSING: taken, the money not moved yet; the same
+    refund asked again answers SUCCESS once it has. The request names notify_url."""
+    oid = order_id()
+    await paid_trade(rig, "wechatpay", oid)
+    rig.gateway.refund_status = "PROCESSING"
+    assert await rig.wechatpay.refund(oid, f"{oid}-r1", 500, 9800, NOTIFY) == (
+        "processing"
+    )
+    assert await rig.wechatpay.refund(oid, f"{oid}-r1", 500, 9800, NOTIFY) == "done"
+    assert await rig.gateway.refunds(oid) == {f"{oid}-r1": 500}
 
 
 async def test_a_refund_the_gateway_refuses_is_a_provider_error(rig: Rig) -> None:
     oid = order_id()
     with pytest.raises(ProviderError) as unknown:
-        await rig.wechatpay.refund(oid, f"{oid}-r1", 100, 9800)
+        await rig.wechatpay.refund(oid, f"{oid}-r1", 100, 9800, NOTIFY)
     assert unknown.value.code == "RESOURCE_NOT_EXISTS"
     await open_trade(rig, "wechatpay", oid)
     with pytest.raises(ProviderError) as unpaid:
-        await rig.wechatpay.refund(oid, f"{oid}-r1", 100, 9800)
+        await rig.wechatpay.refund(oid, f"{oid}-r1", 100, 9800, NOTIFY)
     assert unpaid.value.code == "INVALID_REQUEST"
     assert await rig.gateway.pay(oid) is not None
     with pytest.raises(ProviderError) as wrong_total:
-        await rig.wechatpay.refund(oid, f"{oid}-r1", 100, 9900)
+        await rig.wechatpay.refund(oid, f"{oid}-r1", 100, 9900, NOTIFY)
     assert wrong_total.value.code == "PARAM_ERROR"
     with pytest.raises(ProviderError) as too_much:
-        await rig.wechatpay.refund(oid, f"{oid}-r1", 9801, 9800)
+        await rig.wechatpay.refund(oid, f"{oid}-r1", 9801, 9800, NOTIFY)
     assert too_much.value.code == "NOT_ENOUGH"
     assert await rig.gateway.refunds(oid) == {}
 
@@ -430,15 +447,20 @@ def offline_provider(session: aiohttp.ClientSession) -> WechatPayProvider:
     ("event_type", "resource", "kind"),
     [
         ("TRANSACTION.SUCCESS", {"trade_state": "NOTPAY"}, "other"),
+        # the money did not move: nothing to take, a person to tell
         (
             "REFUND.ABNORMAL",
             {"refund_status": "ABNORMAL", "out_refund_no": "r"},
-            "other",
+            "refund_failed",
         ),
-        ("REFUND.CLOSED", {"refund_status": "CLOSED", "out_refund_no": "r"}, "other"),
+        (
+            "REFUND.CLOSED",
+            {"refund_status": "CLOSED", "out_refund_no": "r"},
+            "refund_failed",
+        ),
     ],
 )
-async def test_other_events_are_read_as_nothing_to_do(
+async def test_other_events_are_read_as_nothing_to_take(
     redis: Redis, event_type: str, resource: dict[str, str], kind: str
 ) -> None:
     async with aiohttp.ClientSession() as session:

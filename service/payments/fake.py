@@ -170,6 +170,9 @@ class FakeGateway:
         self.session = session
         # Where browsers reach the fake's pages; '' means the request's own origin.
         self.public_url = public_url.rstrip("/")
+        # What WeChat Pay answers a new refund: SUCCESS, or PROCESSING (then
+        # SUCCESS when asked again), as the real one may.
+        self.refund_status = "SUCCESS"
         self._app_public = signing.load_private_key(keys.app_private_pem).public_key()
         self._alipay_key = signing.load_private_key(keys.alipay_private_pem)
         self._merchant_public = signing.load_private_key(

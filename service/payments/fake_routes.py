@@ -63,6 +63,8 @@ async def alipay_gateway(request: web.Request) -> web.StreamResponse:
         return fake.alipay_answer(method, await _alipay_query(fake, order_id))
     if method == "alipay.trade.refund":
         return fake.alipay_answer(method, await _alipay_refund(fake, order_id, biz))
+    if method == "alipay.trade.fastpay.refund.query":
+        return fake.alipay_answer(method, await _alipay_refund_query(fake, biz))
     return web.json_response(
         {
             "error_response": {
@@ -107,6 +109,26 @@ async def _alipay_query(fake: FakeGateway, order_id: str) -> dict[str, str]:
                 datetime.datetime.fromtimestamp(float(trade["paid_at"]), datetime.UTC)
             ),
         }
+    return answer
+
+
+async def _alipay_refund_query(
+    fake: FakeGateway, biz: Mapping[str, Any]
+) -> dict[str, str]:
+    """alipay.trade.fastpay.refund.query: REFUND_SUCCESS once a refund moved."""
+    order_id, refund_id = str(biz["out_trade_no"]), str(biz.get("out_request_no", ""))
+    trade = await fake.trade(order_id)
+    if trade is None or trade["provider"] != "alipay":
+        return _alipay_failure("ACQ.TRADE_NOT_EXIST")
+    answer = {
+        "code": "10000",
+        "msg": "Success",
+        "out_trade_no": order_id,
+        "out_request_no": refund_id,
+        "total_amount": alipay.yuan(int(trade["total"])),
+    }
+    if (fen := (await fake.refunds(order_id)).get(refund_id)) is not None:
+        answer |= {"refund_amount": alipay.yuan(fen), "refund_status": "REFUND_SUCCESS"}
     return answer
 
 
@@ -259,7 +281,7 @@ async def wechat_refund(request: web.Request) -> web.Response:
             "channel": "ORIGINAL",
             "user_received_account": "支付用户零钱",
             "create_time": wechatpay.rfc3339(datetime.datetime.now(datetime.UTC)),
-            "status": "SUCCESS",
+            "status": fake.refund_status if reply[0] == "DONE" else "SUCCESS",
             "amount": {
                 "total": total,
                 "refund": refunded,

@@ -17,6 +17,7 @@ from .orders import OrderStore, UnknownOrder, account_of, yuan_text
 from .providers.base import Provider, ProviderError
 from .reconciler import Reconciler, ask
 from .refunds import FEE_PERCENT, FEN_PER_CREDIT, FULL_DAYS, NotRefundable, day_of
+from .webhooks import WEBHOOK_PREFIX
 
 OK: Final = 0
 REFUSED: Final = 1
@@ -55,7 +56,8 @@ async def run_payments(
             return _refuse(f"channel {fields['channel']} is not configured")
         if command == "query":
             return await _query(store, provider, oid)
-        return await _refund(store, provider, fields)
+        notify_url = f"{settings.base_url}{WEBHOOK_PREFIX}{provider.id}"
+        return await _refund(store, provider, fields, notify_url)
 
 
 async def _show(redis: Redis, store: OrderStore, fields: dict[str, str]) -> None:
@@ -111,7 +113,9 @@ async def _query(store: OrderStore, provider: Provider, oid: str) -> int:
     return REFUSED if outcome == "mismatch" else OK
 
 
-async def _refund(store: OrderStore, provider: Provider, fields: dict[str, str]) -> int:
+async def _refund(
+    store: OrderStore, provider: Provider, fields: dict[str, str], notify_url: str
+) -> int:
     """Quote, take the credits (once), ask the provider (same refund id), finish.
 
     Each step is idempotent, so a run that crashed anywhere is finished by
@@ -145,12 +149,21 @@ async def _refund(store: OrderStore, provider: Provider, fields: dict[str, str])
     if begun_before:
         print("             begun earlier: sending it again with the same refund id")
     try:
-        await provider.refund(oid, refund.refund_id, refund.fen, int(fields["fen"]))
+        outcome = await provider.refund(
+            oid, refund.refund_id, refund.fen, int(fields["fen"]), notify_url
+        )
     except ProviderError as err:
         return _refuse(
             f"{provider.id} did not take the refund ({err.code}); it stays pending:"
             " run the command again"
         )
+    if outcome == "processing":
+        # Taken, the money not yet moved: its notice, or a rerun, finishes it.
+        print(
+            f"{oid}: {provider.id} is still processing the refund; its notice, or"
+            " running this again, confirms it (nothing is refunded twice)"
+        )
+        return OK
     await store.finish_refund(oid)
     print(f"{oid}: refunded")
     return OK

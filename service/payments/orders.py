@@ -346,6 +346,20 @@ class OrderStore:
                 return _recorded(pairs(reply[1]))
         raise RuntimeError(f"the lot of {order_id} kept changing")
 
+    async def own_refund(self, order_id: str) -> tuple[str, int] | None:
+        """Our refund of the order, once begun: its refund id and its money (fen)."""
+        refund_id, fen = await self._redis.hmget(
+            order_key(order_id), ["refund_id", "refund_fen"]
+        )
+        if not refund_id or fen is None:
+            return None
+        return text(refund_id), int(fen)
+
+    async def own_refund_id(self, order_id: str) -> str:
+        """Our refund's id on the order ('' before any)."""
+        own = await self.own_refund(order_id)
+        return own[0] if own else ""
+
     async def finish_refund(self, order_id: str) -> None:
         """Mark a begun refund done: the provider accepted it."""
         reply = await self._run(order_id, "finish_refund", durable=True)

@@ -10,6 +10,7 @@ store that cannot be reached gets 503, so the provider sends it again later.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Mapping
@@ -180,6 +181,17 @@ async def _apply(request: web.Request, store: OrderStore, notice: Notice) -> str
     oid = notice.order_id
     if notice.kind == "other":
         return "ignored"
+    if notice.kind == "refund_failed":
+        # The money did not move: the credits stay taken, and only a person can
+        # pay the buyer (the merchant platform's 退款异常, or a new refund).
+        _LOGGER.error(
+            "order %s: refund %s ABNORMAL or CLOSED at %s: the buyer has not been"
+            " paid; settle it in the merchant platform",
+            oid,
+            notice.refund_id,
+            notice.provider,
+        )
+        return "refund_failed"
     # A refund proves the payment: one delivered out of order credits it first.
     try:
         credited = await store.pay(oid, notice.trade_no, notice.total_fen)
@@ -192,27 +204,34 @@ async def _apply(request: web.Request, store: OrderStore, notice: Notice) -> str
         _LOGGER.info("order %s paid (%s notice)", oid, notice.provider)
     if notice.kind == "paid":
         return "credited" if credited else "repeated"
-    cumulative = await _cumulative(request, notice)
+    cumulative = await _cumulative(request, store, notice)
     try:
         taken = await store.provider_refunded(oid, cumulative)
     except NotRefundable:  # cannot happen once paid above; nothing to take
         return "ignored"
     if taken:
         _LOGGER.info("order %s refunded at %s: %d credits", oid, notice.provider, taken)
+    if notice.refund_id and notice.refund_id == await store.own_refund_id(oid):
+        with contextlib.suppress(NotRefundable):  # our refund, confirmed: done
+            await store.finish_refund(oid)
     return "refunded" if taken else "refund_seen"
 
 
-async def _cumulative(request: web.Request, notice: Notice) -> int:
+async def _cumulative(request: web.Request, store: OrderStore, notice: Notice) -> int:
     """The money refunded on the order so far, as the notices tell it.
 
     Alipay states the cumulative figure. WeChat states one refund at a time
     (named by its out_refund_no): each is kept, and their sum is the figure,
-    so a repeat or an older notice arriving late changes nothing.
+    so a repeat or an older notice arriving late changes nothing. Our own
+    refund counts whether or not its notice ever came: a console refund's
+    notice must not be mistaken for it.
     """
     if not notice.refund_id:
         return notice.refunded_fen
     redis = request.app[REDIS]
     key = f"{order_key(notice.order_id)}:refunds"
+    if own := await store.own_refund(notice.order_id):
+        await redis.hsetnx(key, *own)
     await redis.hset(key, notice.refund_id, notice.refunded_fen)
     amounts = await redis.hvals(key)
     return sum(int(amount) for amount in amounts)

@@ -14,7 +14,15 @@ import aiohttp
 from aiohttp import web
 
 from .. import signing
-from .base import Action, BadNotice, Checkout, Notice, Payment, ProviderError
+from .base import (
+    Action,
+    BadNotice,
+    Checkout,
+    Notice,
+    Payment,
+    ProviderError,
+    RefundOutcome,
+)
 
 GATEWAY: Final = "https://openapi.alipay.com/gateway.do"
 TIMEOUT: Final = aiohttp.ClientTimeout(total=10)
@@ -203,18 +211,36 @@ class AlipayProvider:
         )
 
     async def refund(
-        self, order_id: str, refund_id: str, refund_fen: int, total_fen: int
-    ) -> None:
-        """alipay.trade.refund with out_request_no = refund_id (a retry is a no-op)."""
+        self,
+        order_id: str,
+        refund_id: str,
+        refund_fen: int,
+        total_fen: int,
+        notify_url: str,
+    ) -> RefundOutcome:
+        """alipay.trade.refund with out_request_no = refund_id (a retry is a no-op).
+
+        fund_change Y: the money moved. N (a retry, or money not moved yet):
+        alipay.trade.fastpay.refund.query says whether the refund succeeded.
+        Alipay's notices go to the trade's notify_url, so `notify_url` is unused.
+        """
         biz = {
             "out_trade_no": order_id,
             "refund_amount": yuan(refund_fen),
             "out_request_no": refund_id,
         }
         answer = await self.call("alipay.trade.refund", biz)
-        # fund_change "N" on a retry of the same out_request_no: known and done.
         if answer.get("code") != "10000":
             raise ProviderError(str(answer.get("sub_code") or answer.get("code")))
+        if answer.get("fund_change") == "Y":
+            return "done"
+        query = {"out_trade_no": order_id, "out_request_no": refund_id}
+        found = await self.call("alipay.trade.fastpay.refund.query", query)
+        if found.get("code") != "10000":
+            raise ProviderError(str(found.get("sub_code") or found.get("code")))
+        return (
+            "done" if found.get("refund_status") == "REFUND_SUCCESS" else "processing"
+        )
 
     def verify_notice(
         self, headers: Mapping[str, str], body: bytes, now: float

@@ -50,6 +50,10 @@ class Payment:
     refunded_fen: int  # cumulative; neither provider's query reports refunds: 0
 
 
+# What a provider said of a refund it took: the money moved, or not yet.
+RefundOutcome = Literal["done", "processing"]
+
+
 @dataclass(frozen=True, slots=True)
 class Notice:
     """A verified, parsed notice from a provider."""
@@ -57,14 +61,15 @@ class Notice:
     provider: str  # "alipay" | "wechatpay"
     event_id: str  # notify_id (Alipay) / "EV-..." id (WeChat)
     order_id: str  # out_trade_no
-    # "other": e.g. a timeout TRADE_CLOSED, nothing to do
-    kind: Literal["paid", "refund", "other"]
+    # "other": e.g. a timeout TRADE_CLOSED, nothing to do; "refund_failed":
+    # WeChat's REFUND.ABNORMAL or REFUND.CLOSED (the money did not move)
+    kind: Literal["paid", "refund", "refund_failed", "other"]
     trade_no: str
     total_fen: int  # the order total the notice states (the caller checks it)
     # Alipay: the cumulative refunded money (refund_fee); WeChat: the amount of
     # the ONE refund named by refund_id (the caller adds refunds up).
     refunded_fen: int
-    # WeChat REFUND.SUCCESS only: the out_refund_no this notice is about; ''
+    # WeChat refund notices only: the out_refund_no this notice is about; ''
     # for Alipay notices and for payments.
     refund_id: str = ""
 
@@ -108,9 +113,18 @@ class Provider(Protocol):
         ...
 
     async def refund(
-        self, order_id: str, refund_id: str, refund_fen: int, total_fen: int
-    ) -> None:
-        """Return money, idempotent by refund_id; ProviderError if refused."""
+        self,
+        order_id: str,
+        refund_id: str,
+        refund_fen: int,
+        total_fen: int,
+        notify_url: str,
+    ) -> RefundOutcome:
+        """Return money, idempotent by refund_id; ProviderError if refused.
+
+        "done" once the provider says the money moved; "processing" while it
+        has taken the refund but not yet moved it (a notice or a rerun tells).
+        """
         ...
 
     def verify_notice(

@@ -16,7 +16,15 @@ import aiohttp
 from aiohttp import web
 
 from .. import signing
-from .base import Action, BadNotice, Checkout, Notice, Payment, ProviderError
+from .base import (
+    Action,
+    BadNotice,
+    Checkout,
+    Notice,
+    Payment,
+    ProviderError,
+    RefundOutcome,
+)
 
 BASE_URL: Final = "https://api.mch.weixin.qq.com"
 TIMEOUT: Final = aiohttp.ClientTimeout(total=10)
@@ -234,12 +242,22 @@ class WechatPayProvider:
         )
 
     async def refund(
-        self, order_id: str, refund_id: str, refund_fen: int, total_fen: int
-    ) -> None:
-        """POST a refund with out_refund_no = refund_id (a retry is the same refund)."""
+        self,
+        order_id: str,
+        refund_id: str,
+        refund_fen: int,
+        total_fen: int,
+        notify_url: str,
+    ) -> RefundOutcome:
+        """POST a refund with out_refund_no = refund_id (a retry is the same refund).
+
+        SUCCESS: the money moved. PROCESSING: taken, not yet moved; its
+        REFUND.SUCCESS (or ABNORMAL, CLOSED) notice comes to notify_url.
+        """
         payload = {
             "out_trade_no": order_id,
             "out_refund_no": refund_id,
+            "notify_url": notify_url,
             "amount": {"refund": refund_fen, "total": total_fen, "currency": "CNY"},
         }
         status, answer = await self.call("POST", "/v3/refund/domestic/refunds", payload)
@@ -247,8 +265,12 @@ class WechatPayProvider:
             raise ProviderError(str(answer.get("code") or status), "refund")
         if answer.get("out_refund_no") != refund_id:
             raise ProviderError("BAD_RESPONSE", "another refund")
-        if answer.get("status") not in ("SUCCESS", "PROCESSING"):
-            raise ProviderError(str(answer.get("status") or "BAD_RESPONSE"), "refund")
+        state = answer.get("status")
+        if state == "SUCCESS":
+            return "done"
+        if state == "PROCESSING":
+            return "processing"
+        raise ProviderError(str(state or "BAD_RESPONSE"), "refund")
 
     def verify_notice(
         self, headers: Mapping[str, str], body: bytes, now: float
@@ -303,7 +325,7 @@ class WechatPayProvider:
         refunded = amount_fen(amount.get("refund", 0))
         if total is None or refunded is None:
             raise BadNotice("BAD_REQUEST")
-        kind: Literal["paid", "refund", "other"] = "other"
+        kind: Literal["paid", "refund", "refund_failed", "other"] = "other"
         refund_id = ""
         event_type = event.get("event_type")
         if event_type == "TRANSACTION.SUCCESS" and data.get("trade_state") == "SUCCESS":
@@ -312,6 +334,9 @@ class WechatPayProvider:
             kind, refund_id = "refund", str(data.get("out_refund_no", ""))
             if not refund_id or refunded <= 0:
                 raise BadNotice("BAD_REQUEST")
+        elif event_type in ("REFUND.ABNORMAL", "REFUND.CLOSED"):
+            kind, refund_id = "refund_failed", str(data.get("out_refund_no", ""))
+            refunded = 0
         else:
             refunded = 0
         return Notice(
