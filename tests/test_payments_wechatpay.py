@@ -397,6 +397,21 @@ async def test_a_callback_for_another_merchant_or_app_is_a_mismatch(
     assert refused.value.code == "MISMATCH"
 
 
+async def test_a_transaction_callback_naming_no_app_is_a_mismatch(rig: Rig) -> None:
+    """CONTRACT §8: appid must match; a transaction's cannot be left out."""
+    resource = {
+        "mchid": fake_keys().mchid, "out_trade_no": order_id(),
+        "transaction_id": "4200" + "0" * 24, "trade_state": "SUCCESS",
+        "amount": {"total": 9800, "payer_total": 9800, "currency": "CNY"},
+    }  # fmt: skip
+    delivery = rig.gateway.wechat_notice(
+        "http://x", "TRANSACTION.SUCCESS", "transaction", resource
+    )
+    with pytest.raises(BadNotice) as refused:
+        verify(rig, delivery)
+    assert refused.value.code == "MISMATCH"
+
+
 async def test_a_callback_five_minutes_off_is_stale(rig: Rig) -> None:
     delivery = await paid_delivery(rig)
     stamp = int(delivery.headers["Wechatpay-Timestamp"])

@@ -305,7 +305,8 @@ class WechatPayProvider:
         if data.get("mchid") != self.config.mchid:
             raise BadNotice("MISMATCH")
         # A refund resource carries no appid; a transaction's must be ours.
-        if "appid" in data and data["appid"] != self.config.appid:
+        transaction = resource.get("original_type") == "transaction"
+        if (transaction or "appid" in data) and data.get("appid") != self.config.appid:
             raise BadNotice("MISMATCH")
         return self._notice(event, data)
 
