@@ -16,6 +16,7 @@ from service.studio.ledger import (
     InsufficientCredits,
     Ledger,
     account_key,
+    events_channel,
     script,
 )
 
@@ -60,6 +61,30 @@ async def test_debits_take_trial_and_bonus_first_soonest_expiry_first(
     page = await ledger.page("u1", before=None, limit=10)
     assert {lot["id"]: lot["remaining"] for lot in page.lots} == {"l1": 10, "l2": 5}
     assert [lot["kind"] for lot in page.lots] == ["bonus", "trial"]
+
+
+async def test_credits_that_expire_under_a_refused_submit_send_a_credits_event(
+    redis: Redis,
+) -> None:
+    """CONTRACT §6: a credits event on every balance change, a refusal's too."""
+    ledger = Ledger(redis, trial_credits=10, expire_months=24)
+    await ledger.open("u7", "g@example.com", "z" * 32)
+    key = account_key("u7")
+    lot = json.loads(await redis.hget(f"{key}:lot", "l1") or "")
+    lot["expires"] = 1
+    await redis.hset(f"{key}:lot", "l1", json.dumps(lot))
+    async with redis.pubsub() as listening:
+        await listening.subscribe(events_channel("u7"))
+        await listening.get_message(timeout=1)  # the subscription itself
+        with contextlib.suppress(SubmitRefused):
+            await GenerationStore(redis).submit(
+                "u7", "g1", price=5, cap=4, idempotency="", body_hash="h",
+                deadline=0, fields={"model": "m", "kind": "image", "prompt": "p",
+                                    "size": "1x1", "count": 1, "seed": 1},
+            )  # fmt: skip
+        message = await listening.get_message(timeout=2)
+    assert message is not None
+    assert json.loads(message["data"]) == {"event": "credits", "data": {"balance": 0}}
 
 
 async def test_expired_credits_leave_with_an_expire_entry(redis: Redis) -> None:

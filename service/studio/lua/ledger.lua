@@ -44,6 +44,7 @@ end
 
 -- Credits past their lot's expiry leave the balance with an `expire` entry.
 local function sweep(now_epoch, now_iso)
+  local expired = false
   for _, id in ipairs(redis.call('ZRANGE', LOTS, 0, -1)) do
     local lot = load_lot(id)
     if lot.remaining > 0 and lot.expires <= now_epoch then
@@ -52,8 +53,11 @@ local function sweep(now_epoch, now_iso)
       save_lot(id, lot)
       redis.call('HINCRBY', P, 'balance', -n)
       entry('expire', -n, now_iso, nil, lot.order_id ~= cjson.null and lot.order_id or nil, nil)
+      expired = true
     end
   end
+  -- The balance changed, whatever the caller goes on to do (even refuse).
+  if expired then publish('credits', {balance = balance()}) end
 end
 
 -- Take `amount` from the lots in spending order; the caller checked the balance.
