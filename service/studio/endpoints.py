@@ -36,7 +36,7 @@ from ..moderation.prompts import MODERATION
 from ..moderation.providers.base import Picture
 from ..web.hardening import BAD_DISPOSITION
 from ..web.keys import SECURITY
-from .events import CLOSE
+from .events import CLOSE, Furthest
 from .generations import (
     MAX_NEGATIVE_PROMPT,
     MAX_PROMPT,
@@ -462,9 +462,12 @@ async def events(request: web.Request) -> web.StreamResponse:
             closed = asyncio.ensure_future(stream.wait())
             getter: asyncio.Future[dict[str, Any]] | None = None
             watch = LineWatch(app[POSITIONS])
+            furthest = Furthest()
 
             async def send_generations(shown: list[dict[str, Any]]) -> None:
                 for generation in shown:
+                    if not furthest.newer(generation):
+                        continue  # older than the snapshot already sent
                     await send("generation", generation)
                     watch.sent(generation)
 

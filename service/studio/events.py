@@ -123,6 +123,39 @@ class EventHub:
             await self._pubsub.aclose()
 
 
+# How far along a generation's states are (every other state is an end).
+_RANK: Final = {"queued": 0, "running": 1}
+
+
+class Furthest:
+    """The furthest state each generation of a stream was shown in.
+
+    A stream subscribes before it reads its opening snapshot, so an event
+    published just before that read can arrive after it: the generation would
+    seem to go back (running, then queued). States and progress only move
+    forward, so such a stale event is not sent.
+    """
+
+    def __init__(self) -> None:
+        self._shown: dict[str, tuple[int, float]] = {}
+
+    def newer(self, generation: dict[str, Any]) -> bool:
+        """Tell whether this view is not behind what the stream already showed."""
+        gid = generation.get("id")
+        if not isinstance(gid, str):
+            return True
+        try:
+            progress = float(generation.get("progress") or 0)
+        except (TypeError, ValueError):
+            progress = 0.0
+        mark = (_RANK.get(str(generation.get("status")), 2), progress)
+        shown = self._shown.get(gid)
+        if shown is not None and mark < shown:
+            return False
+        self._shown[gid] = mark
+        return True
+
+
 def _ignore(task: asyncio.Future[None]) -> None:
     if not task.cancelled():
         task.exception()
