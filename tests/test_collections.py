@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from aiohttp import ClientResponse
 from redis.asyncio import Redis
 
 from service.store.embedded import MailCatcher
@@ -21,6 +22,21 @@ async def _create(client: Client, name: str) -> dict[str, Any]:
     assert response.status == 201, await response.text()
     body: dict[str, Any] = await response.json()
     return body
+
+
+async def _post_patiently(client: Client, name: str) -> ClientResponse:
+    """Create as a browser would: a 503 is sent again a moment later.
+
+    The app sheds a request whose session it cannot read within its budget
+    (0.25 s): with 110 requests in the test's own event loop on a starved
+    machine, some are (a soak saw it). Shedding is not the claim; the limit is.
+    """
+    for _ in range(100):
+        response = await client.post("/api/collections", json={"name": name})
+        if response.status != 503:
+            return response
+        await asyncio.sleep(0.1)
+    return response
 
 
 async def _ids(client: Client, query: str) -> list[str]:
@@ -75,10 +91,7 @@ async def test_at_most_a_hundred_collections_even_when_made_at_once(
     me = await studio()
     await sign_in(me, mail_server)
     answers = await asyncio.gather(
-        *[
-            me.post("/api/collections", json={"name": f"c{n}"})
-            for n in range(MAX_COLLECTIONS + 10)
-        ]
+        *[_post_patiently(me, f"c{n}") for n in range(MAX_COLLECTIONS + 10)]
     )
     statuses = sorted(a.status for a in answers)
     assert statuses == [201] * MAX_COLLECTIONS + [409] * 10
