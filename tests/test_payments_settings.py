@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import subprocess
 import sys
@@ -214,3 +215,23 @@ async def test_a_worker_reaches_the_fake_gateway_where_it_is_told(
         assert gateway.public_url == settings.base_url
     with pytest.raises(SettingsError, match="STUDIO_PAYMENTS_FAKE_GATEWAY_URL"):
         load_settings({"STUDIO_PAYMENTS_FAKE_GATEWAY_URL": "proxy:8080"})
+
+
+@pytest.mark.parametrize(
+    ("base_url", "warned"), [("http://127.0.0.1:8080", True), ("https://a.cn", False)]
+)
+async def test_real_wechat_pay_on_a_plain_http_base_url_is_warned_about(
+    aiohttp_client: AiohttpClient,
+    make_settings: SettingsFactory,
+    redis: Redis,
+    caplog: pytest.LogCaptureFixture,
+    base_url: str,
+    warned: bool,
+) -> None:
+    """WeChat Pay sends notices only to https (reference I §2.2): start-up says so."""
+    environ = provider_environ(fake_keys(), "https://pay.example.com")
+    settings = make_settings(**environ, STUDIO_BASE_URL=base_url)
+    with caplog.at_level(logging.WARNING, logger="service.payments.context"):
+        await aiohttp_client(create_app(settings))
+    said = "WeChat Pay sends its notices only to https" in caplog.text
+    assert said is warned

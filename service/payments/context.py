@@ -121,6 +121,13 @@ async def opened(
 async def payments_ctx(app: web.Application) -> AsyncIterator[None]:
     """Give the app its providers and order store; run the reconciler in `make run`."""
     settings = app[SETTINGS]
+    real_wechat = settings.payments.wechatpay and not settings.payments.fake
+    if real_wechat and not settings.base_url.startswith("https://"):
+        _LOGGER.warning(
+            "WeChat Pay sends its notices only to https: STUDIO_BASE_URL is %s, so"
+            " payments are credited only by asking it (the reconciler)",
+            settings.base_url,
+        )
     async with opened(settings, app[REDIS]) as (providers, store, gateway):
         app[PROVIDERS] = providers
         app[ORDERS] = store
