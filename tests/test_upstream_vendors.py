@@ -519,6 +519,35 @@ async def test_a_webp_or_small_reference_reaches_kling_as_a_png_it_reads(
 
 
 @pytest.mark.parametrize("vendor", [VENDORS[1]], ids=["kling"], indirect=True)
+async def test_a_reference_kling_cannot_take_is_refused_at_submit_not_charged(
+    client: Client, fake: FakeTasks
+) -> None:
+    """Kling takes references from 1:2.5 to 2.5:1: a longer one is a 400 with
+    field reference before any charge; 2.5:1 itself is taken."""
+    ids = {}
+    for size in ((1000, 300), (300, 1000), (750, 300)):
+        form = FormData()
+        form.add_field("file", png(*size), filename="r.png", content_type="image/png")
+        upload = await (await client.post("/api/uploads", data=form)).json()
+        ids[size] = upload["id"]
+    for size in ((1000, 300), (300, 1000)):
+        response = await client.post(
+            "/api/generations",
+            json={"model": "kling-3", "prompt": "转身", "reference": ids[size]},
+        )
+        assert (response.status, await response.json()) == (
+            400,
+            {"error": "BAD_REQUEST", "field": "reference"},
+        )
+    assert await balance(client) == TRIAL
+    taken = await client.post(
+        "/api/generations",
+        json={"model": "kling-3", "prompt": "转身", "reference": ids[(750, 300)]},
+    )
+    assert taken.status == 202, await taken.text()
+
+
+@pytest.mark.parametrize("vendor", [VENDORS[1]], ids=["kling"], indirect=True)
 async def test_a_wrong_kling_secret_is_refused_by_the_jwt_check(
     client: Client, fake: FakeTasks, settings: Settings, redis: Redis,
     make_settings: SettingsFactory, env: dict[str, str],

@@ -175,9 +175,11 @@ async def _fields(
         if not (model.accepts_reference and isinstance(reference, str)):
             raise bad_field("reference")
         key = f"{account_key(_account(request))}:upload:{reference}"
-        if not reference.isalnum() or not await app[GENERATIONS].upload_exists(key):
+        size = await app[GENERATIONS].upload_size(key) if reference.isalnum() else None
+        if size is None:
             raise bad_field("reference")
         stored["reference"] = reference
+        body = {**body, "reference_size": size}  # what its upstream may check
     if refused := app[ROUTING].refused_field(model, body):
         raise bad_field(refused)  # the model's upstream has no such field
     today = app[CLOCK]().date()

@@ -175,9 +175,12 @@ class GenerationStore:
         more = len(found) > limit
         return items, int(rows[-1][1]) if more and rows else None
 
-    async def upload_exists(self, key: str) -> bool:
-        """Tell whether an upload record exists."""
-        return bool(await self._redis.exists(key))
+    async def upload_size(self, key: str) -> tuple[int, int] | None:
+        """An upload's width and height, or None when there is no such upload."""
+        width, height = await self._redis.hmget(key, ["width", "height"])
+        if width is None or height is None:
+            return None
+        return int(width), int(height)
 
     async def record_upload(
         self, account_id: str, upload_id: str, record: Mapping[str, str | int]

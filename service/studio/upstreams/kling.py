@@ -24,9 +24,11 @@ import io
 import math
 import re
 import time
+from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import quote
 
+from ...content import Model
 from ...settings import UpstreamSettings
 from .base import Output, Request, UpstreamError
 from .http import Answer, Secret, UpstreamHttp, failed, http_fault, retry_after
@@ -88,6 +90,23 @@ def fault(answer: Answer) -> UpstreamError:
     if code is not None and answer.status == 429:
         return failed()  # an account's arrears or an empty pack: no retry helps
     return http_fault(answer)
+
+
+# Kling's reference aspect: width / height from 1:2.5 to 2.5:1.
+REFERENCE_RATIO: Final = 2.5
+
+
+def refused_field(model: Model, asked: Mapping[str, Any]) -> str | None:
+    """Name a field of a submit Kling cannot take: a seed, or a reference too
+    long or too tall for it (`reference_size`, the upload's, given by submit)."""
+    if "seed" in asked:
+        return "seed"
+    size = asked.get("reference_size")
+    if size is not None:
+        width, height = size
+        if not 1 / REFERENCE_RATIO <= width / height <= REFERENCE_RATIO:
+            return "reference"
+    return None
 
 
 def reference_image(data: bytes) -> str:

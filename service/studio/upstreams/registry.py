@@ -33,7 +33,7 @@ PROTOCOLS: Final = frozenset(
 # Protocols whose upstream needs no key (a self-hosted server): a base_url is enough.
 KEYLESS: Final = frozenset({"comfyui"})
 # Protocols whose module's `refused_field` names a submitted field it cannot honour.
-CHECKED: Final = frozenset({"openai", "fal", "replicate"})
+CHECKED: Final = frozenset({"openai", "fal", "replicate", "kling"})
 
 
 def _module_attribute(protocol: str, name: str) -> object:
