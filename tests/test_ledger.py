@@ -36,6 +36,14 @@ async def _views(redis: Redis, account_id: str) -> tuple[int, int, int, list[Any
     )
 
 
+async def _expired(redis: Redis, account_id: str) -> None:
+    """Date the account's trial lot in the past: the next change sweeps it."""
+    key = account_key(account_id)
+    lot = json.loads(await redis.hget(f"{key}:lot", "l1") or "")
+    lot["expires"] = 1
+    await redis.hset(f"{key}:lot", "l1", json.dumps(lot))
+
+
 async def test_debits_take_trial_and_bonus_first_soonest_expiry_first(
     redis: Redis,
 ) -> None:
@@ -69,10 +77,7 @@ async def test_credits_that_expire_under_a_refused_submit_send_a_credits_event(
     """CONTRACT §6: a credits event on every balance change, a refusal's too."""
     ledger = Ledger(redis, trial_credits=10, expire_months=24)
     await ledger.open("u7", "g@example.com", "z" * 32)
-    key = account_key("u7")
-    lot = json.loads(await redis.hget(f"{key}:lot", "l1") or "")
-    lot["expires"] = 1
-    await redis.hset(f"{key}:lot", "l1", json.dumps(lot))
+    await _expired(redis, "u7")
     async with redis.pubsub() as listening:
         await listening.subscribe(events_channel("u7"))
         await listening.get_message(timeout=1)  # the subscription itself
@@ -91,10 +96,7 @@ async def test_expired_credits_leave_with_an_expire_entry(redis: Redis) -> None:
     """A lot past its expiry is swept out of the balance by the next change."""
     ledger = Ledger(redis, trial_credits=10, expire_months=24)
     await ledger.open("u2", "b@example.com", "y" * 32)
-    key = account_key("u2")
-    lot = json.loads(await redis.hget(f"{key}:lot", "l1") or "")
-    lot["expires"] = 1
-    await redis.hset(f"{key}:lot", "l1", json.dumps(lot))
+    await _expired(redis, "u2")
     assert await ledger.adjust("u2", 3, "") == 3
     page = await ledger.page("u2", before=None, limit=10)
     assert [e["kind"] for e in reversed(page.entries)] == ["grant", "expire", "adjust"]

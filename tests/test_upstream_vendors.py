@@ -18,6 +18,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import FormData
@@ -364,15 +365,25 @@ async def _assert_refunds(client: Client, count: int) -> None:
 # What is particular to each vendor.
 
 
+async def _upload(
+    client: Client, data: bytes, content_type: str = "image/png"
+) -> dict[str, Any]:
+    """Upload a reference image, as the workbench does."""
+    form = FormData()
+    form.add_field("file", data, filename="ref", content_type=content_type)
+    response = await client.post("/api/uploads", data=form)
+    assert response.status == 201, await response.text()
+    body: dict[str, Any] = await response.json()
+    return body
+
+
 @pytest.mark.parametrize("vendor", [VENDORS[0]], ids=["dashscope"], indirect=True)
 async def test_dashscope_tasks_are_created_with_the_async_header(
     client: Client, fake: FakeTasks, settings: Settings, redis: Redis
 ) -> None:
     """X-DashScope-Async: enable and the wan2.7 body; a reference runs wan2.7-i2v."""
     image = png(64, 64, "navy")
-    form = FormData()
-    form.add_field("file", image, filename="ref.png", content_type="image/png")
-    upload = await (await client.post("/api/uploads", data=form)).json()
+    upload = await _upload(client, image)
     async with running_worker(redis, settings):
         first = await submit(
             client, model="wan-2-7", prompt="灯塔", negative_prompt="模糊", seed=3
@@ -459,9 +470,7 @@ async def test_every_kling_request_carries_a_fresh_hs256_jwt(
     """iss = access key, exp = now + 30 min, nbf = now − 5 s; the secret never sent."""
     assert isinstance(fake, FakeKling)
     image = png(400, 320, "navy")  # Kling's own: a PNG at least 300 px a side
-    form = FormData()
-    form.add_field("file", image, filename="ref.png", content_type="image/png")
-    upload = await (await client.post("/api/uploads", data=form)).json()
+    upload = await _upload(client, image)
     async with running_worker(redis, settings):
         done = await finished(
             client,
@@ -498,11 +507,7 @@ async def test_a_webp_or_small_reference_reaches_kling_as_a_png_it_reads(
     picture.paste(Image.new("RGB", (75, 100), "gold"), (75, 0))
     buffer = io.BytesIO()
     picture.save(buffer, format="WEBP", lossless=True)
-    form = FormData()
-    form.add_field(
-        "file", buffer.getvalue(), filename="ref.webp", content_type="image/webp"
-    )
-    upload = await (await client.post("/api/uploads", data=form)).json()
+    upload = await _upload(client, buffer.getvalue(), "image/webp")
     async with running_worker(redis, settings):
         done = await finished(
             client,
@@ -526,10 +531,7 @@ async def test_a_reference_kling_cannot_take_is_refused_at_submit_not_charged(
     field reference before any charge; 2.5:1 itself is taken."""
     ids = {}
     for size in ((1000, 300), (300, 1000), (750, 300)):
-        form = FormData()
-        form.add_field("file", png(*size), filename="r.png", content_type="image/png")
-        upload = await (await client.post("/api/uploads", data=form)).json()
-        ids[size] = upload["id"]
+        ids[size] = (await _upload(client, png(*size)))["id"]
     for size in ((1000, 300), (300, 1000)):
         response = await client.post(
             "/api/generations",

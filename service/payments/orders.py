@@ -355,11 +355,6 @@ class OrderStore:
             return None
         return text(refund_id), int(fen)
 
-    async def own_refund_id(self, order_id: str) -> str:
-        """Our refund's id on the order ('' before any)."""
-        own = await self.own_refund(order_id)
-        return own[0] if own else ""
-
     async def finish_refund(self, order_id: str) -> None:
         """Mark a begun refund done: the provider accepted it."""
         reply = await self._run(order_id, "finish_refund", durable=True)

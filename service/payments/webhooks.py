@@ -204,20 +204,23 @@ async def _apply(request: web.Request, store: OrderStore, notice: Notice) -> str
         _LOGGER.info("order %s paid (%s notice)", oid, notice.provider)
     if notice.kind == "paid":
         return "credited" if credited else "repeated"
-    cumulative = await _cumulative(request, store, notice)
+    own = await store.own_refund(oid) if notice.refund_id else None
+    cumulative = await _cumulative(request, notice, own)
     try:
         taken = await store.provider_refunded(oid, cumulative)
     except NotRefundable:  # cannot happen once paid above; nothing to take
         return "ignored"
     if taken:
         _LOGGER.info("order %s refunded at %s: %d credits", oid, notice.provider, taken)
-    if notice.refund_id and notice.refund_id == await store.own_refund_id(oid):
+    if own is not None and notice.refund_id == own[0]:
         with contextlib.suppress(NotRefundable):  # our refund, confirmed: done
             await store.finish_refund(oid)
     return "refunded" if taken else "refund_seen"
 
 
-async def _cumulative(request: web.Request, store: OrderStore, notice: Notice) -> int:
+async def _cumulative(
+    request: web.Request, notice: Notice, own: tuple[str, int] | None
+) -> int:
     """The money refunded on the order so far, as the notices tell it.
 
     Alipay states the cumulative figure. WeChat states one refund at a time
@@ -230,7 +233,7 @@ async def _cumulative(request: web.Request, store: OrderStore, notice: Notice) -
         return notice.refunded_fen
     redis = request.app[REDIS]
     key = f"{order_key(notice.order_id)}:refunds"
-    if own := await store.own_refund(notice.order_id):
+    if own is not None:
         await redis.hsetnx(key, *own)
     await redis.hset(key, notice.refund_id, notice.refunded_fen)
     amounts = await redis.hvals(key)
