@@ -221,6 +221,15 @@ def test_a_demo_clip_at_720p_is_labeled_throughout() -> None:
         assert _bright(frame.crop(box)) > 100
 
 
+def test_the_frames_sampled_for_the_output_check_carry_the_clips_label() -> None:
+    """A provider fetches them by URL: files like the poster, labeled like it."""
+    clip = render_video("waves", 3, 320, 240, 2.5, fps=8)
+    finished = finish(SETTINGS, clip, "mp4", "clip-3", frames=True)
+    assert len(finished.frames) == 2  # at 1 s and 2 s
+    for frame in finished.frames:
+        assert_one_label(frame, "webp", SECRET, "clip-3")
+
+
 def test_labels_made_before_a_key_rotation_still_verify() -> None:
     """STUDIO_SECRET_KEY_PREVIOUS keeps old labels verifying; a stranger's key not."""
     label = make_label(SETTINGS, "old-work")
@@ -230,6 +239,22 @@ def test_labels_made_before_a_key_rotation_still_verify() -> None:
     assert verifies(label, rotated)
     assert not verifies(label, dataclasses.replace(rotated, secret_key_previous=""))
     assert not verifies({**label, "ProduceID": "other"}, rotated)
+
+
+def test_an_edited_label_does_not_verify_though_its_code_is_intact() -> None:
+    """The code covers producer and id only; the rest must keep the standard's form."""
+    label = make_label(SETTINGS, "w")
+    assert verifies(label, SETTINGS)
+    edits: list[dict[str, object]] = [
+        {**label, "Label": "3"},
+        {**label, "Extra": "x"},
+        {key: value for key, value in label.items() if key != "ReservedCode2"},
+        {**label, "ReservedCode2": "has space"},
+        {**label, "PropagateID": "é"},
+        {**label, "ContentPropagator": 7},
+    ]
+    for edited in edits:
+        assert not verifies(edited, SETTINGS), edited
 
 
 def test_a_file_that_is_not_a_picture_or_clip_is_refused() -> None:

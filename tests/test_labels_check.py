@@ -62,7 +62,8 @@ async def test_after_a_key_rotation_old_labels_still_verify(tmp_path: Path) -> N
 async def test_unlabeled_doubly_labeled_and_unreadable_files_fail(
     tmp_path: Path,
 ) -> None:
-    """No label, two labels, not a media file, no file: exit 1 saying which."""
+    """No label, two labels, an edited label, not a media file, no file: exit 1
+    saying which."""
     plain = tmp_path / "plain.png"
     plain.write_bytes(render_image("d", 1, 32, 32))
     info = PngImagePlugin.PngInfo()
@@ -73,11 +74,21 @@ async def test_unlabeled_doubly_labeled_and_unreadable_files_fail(
     buffer = io.BytesIO()
     Image.new("RGB", (8, 8)).save(buffer, format="PNG", pnginfo=info)
     double.write_bytes(buffer.getvalue())
+    # Label "3" with the integrity code left intact: not ours any more.
+    edited_info = PngImagePlugin.PngInfo()
+    edited_label = {**make_label(LABELS, "x"), "Label": "3"}
+    edited_info.add_itxt("XML:com.adobe.xmp", xmp_packet(edited_label, None).decode())
+    edited = tmp_path / "edited.png"
+    buffer = io.BytesIO()
+    Image.new("RGB", (8, 8)).save(buffer, format="PNG", pnginfo=edited_info)
+    edited.write_bytes(buffer.getvalue())
     text = tmp_path / "notes.txt"
     text.write_text("hello")
     expected = {
         plain: "ReservedCode1: no label",
         double: "ReservedCode1: 2 labels, not one",
+        edited: "ReservedCode1: fails (not the standard's seven keys,"
+        " printable values, Label 1)",
     }
     for path, line in expected.items():
         done = await studio_command("labels", "check", str(path), environ=_environ())

@@ -2,7 +2,7 @@
 
 PNG: iTXt `XML:com.adobe.xmp` before IDAT; JPEG: APP1 `http://ns.adobe.com/xap/1.0/`;
 WebP: the `XMP ` chunk with VP8X's flag (Pillow writes all three). MP4: the
-`AIGC` key in moov/meta (mdta keys + ilst, PyAV with movflags=use_metadata_tags)
+`AIGC` key in moov/udta/meta (mdta keys + ilst, PyAV with movflags=use_metadata_tags)
 and an XMP `uuid` box for the rest. The readers walk the containers themselves,
 so they count every copy: a file must carry exactly one label.
 """

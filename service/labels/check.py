@@ -11,7 +11,7 @@ from ..settings import Settings
 from .carriers import sniff
 from .credentials import read_credentials, trust_anchors
 from .finish import read_labels
-from .implicit import TRAINED, LabelError, verifies
+from .implicit import TRAINED, LabelError, verifies, well_formed
 
 OK: Final = 0
 REFUSED: Final = 1
@@ -41,6 +41,8 @@ def run_labels(args: argparse.Namespace, settings: Settings) -> int:
         verdict = "no label" if count == 0 else f"{count} labels, not one"
         if count == 1:
             verdict = "not a JSON object"
+    elif not well_formed(label):
+        verdict = "fails (not the standard's seven keys, printable values, Label 1)"
     else:
         verdict = "verifies" if verifies(label, settings.workbench.labels) else "fails"
     print(f"ReservedCode1: {verdict}")

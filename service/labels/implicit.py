@@ -66,12 +66,26 @@ def label_json(label: Mapping[str, str]) -> str:
     return json.dumps({key: label[key] for key in KEYS}, separators=(",", ":"))
 
 
+def well_formed(label: Mapping[str, Any]) -> bool:
+    """Tell whether a label has the standard's form: exactly the seven keys, every
+    value printable ASCII without spaces, and Label "1" (AI-generated)."""
+    return (
+        set(label) == set(KEYS)
+        and all(
+            isinstance(value, str) and all("!" <= char <= "~" for char in value)
+            for value in label.values()
+        )
+        and label["Label"] == "1"
+    )
+
+
 def verifies(label: Mapping[str, Any], settings: LabelsSettings) -> bool:
-    """Tell whether ReservedCode1 is ours, under the current or previous key."""
-    producer, produce_id = label.get("ContentProducer"), label.get("ProduceID")
-    code = label.get("ReservedCode1")
-    if not all(isinstance(v, str) for v in (producer, produce_id, code)):
+    """Tell whether a label is well formed and its ReservedCode1 ours, under the
+    current or previous key: an edited label is not ours even if its code is."""
+    if not well_formed(label):
         return False
+    producer, produce_id = label["ContentProducer"], label["ProduceID"]
+    code = label["ReservedCode1"]
     # The current key even when empty (a worker started without one labels
     # under it, verifiably to itself only); the previous one when set.
     secrets = dict.fromkeys(

@@ -247,7 +247,11 @@ def video_poster(
 
 @releasing
 def video_frames(
-    video_bytes: bytes, every_seconds: float, most: int, max_side: int = 512
+    video_bytes: bytes,
+    every_seconds: float,
+    most: int,
+    max_side: int = 512,
+    xmp: bytes = b"",
 ) -> list[bytes]:
     """Sample a clip past its first frame: one WebP each `every_seconds`, at most
     `most`, for a moderation provider (the poster shows the first frame)."""
@@ -261,7 +265,7 @@ def video_frames(
             if frame.time is None or frame.time < mark:
                 continue
             image: Image.Image = frame.to_image()  # type: ignore[no-untyped-call]
-            frames.append(_webp(image, max_side, b"")[0])
+            frames.append(_webp(image, max_side, xmp)[0])
             while mark <= frame.time:  # a gap longer than a step skips its marks
                 mark += every_seconds
     return frames

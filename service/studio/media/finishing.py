@@ -35,7 +35,8 @@ class Finished:
     thumb: bytes
     # A clip's own size and length; None for pictures (the request's size stands).
     video: tuple[int, int, float] | None
-    # A clip's frames after its poster, for the output check (never shown).
+    # A clip's frames after its poster, for the output check (never shown), with
+    # the clip's TC260 label as its poster has.
     frames: tuple[bytes, ...] = ()
 
 
@@ -59,9 +60,12 @@ def finish(
         if master.picture is None:  # a clip: its poster is its first frame
             video = video_info(master.data)
             thumb, _, _ = video_poster(master.data, xmp=packet)
-            if frames:  # from the labeled master: what people will see
+            if frames:  # from the labeled master: what people will see; they are
+                # files too (a provider fetches them), so they carry its label
                 most = FRAMES_CHECKED - 1
-                sampled = video_frames(master.data, FRAME_EVERY_SECONDS, most)
+                sampled = video_frames(
+                    master.data, FRAME_EVERY_SECONDS, most, xmp=packet
+                )
         else:  # from the pixels just encoded: the master is not decoded again
             thumb, _, _ = picture_thumbnail(master.picture, xmp=packet)
         thumb = seal(settings, thumb, "webp", make_label(settings, work_id))
