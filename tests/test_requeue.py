@@ -44,6 +44,19 @@ async def test_a_canceled_generation_tried_again_is_a_new_one_charged_anew(
     assert kinds[-1] == ("debit", again["id"])
 
 
+async def test_a_retry_keeps_the_seed_on_a_model_without_a_seed_control(
+    studio: MakeClient, mail_server: MailCatcher
+) -> None:
+    """gpt-image-2 takes no seed from the body, yet its retry shows the same one."""
+    client = await studio()
+    await sign_in(client, mail_server)
+    first = await _submit(client, model="gpt-image-2")
+    await client.post(f"/api/generations/{first['id']}/cancel")
+    response = await client.post(f"/api/generations/{first['id']}/retry")
+    assert response.status == 202, await response.text()
+    assert (await response.json())["seed"] == first["seed"]
+
+
 async def test_retry_of_a_queued_or_succeeded_generation_is_409(
     studio: MakeClient, mail_server: MailCatcher, studio_env: Env
 ) -> None:

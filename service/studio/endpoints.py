@@ -140,9 +140,13 @@ def _integer(body: Mapping[str, Any], name: str, default: int) -> int:
 
 
 async def _fields(
-    request: web.Request, body: Mapping[str, Any]
+    request: web.Request, body: Mapping[str, Any], kept_seed: int | None = None
 ) -> tuple[Model, dict[str, str | int]]:
-    """Check every field against the catalog; return the model and what to store."""
+    """Check every field against the catalog; return the model and what to store.
+
+    A new generation draws its seed unless the body names one; a retry keeps
+    its original's (`kept_seed`), on models without a seed control too.
+    """
     app = request.app
     models = {model.id: model for model in app[CONTENT].models}
     model = models.get(body["model"]) if isinstance(body["model"], str) else None
@@ -162,7 +166,8 @@ async def _fields(
     count = _integer(body, "count", 1)
     if not 1 <= count <= model.max_count or (model.kind == "video" and count != 1):
         raise bad_field("count")
-    seed = _integer(body, "seed", secrets.randbelow(MAX_SEED + 1))
+    drawn = secrets.randbelow(MAX_SEED + 1) if kept_seed is None else kept_seed
+    seed = _integer(body, "seed", drawn)
     if not 0 <= seed <= MAX_SEED:
         raise bad_field("seed")
     stored: dict[str, str | int] = {"model": model.id, "kind": model.kind}
@@ -198,7 +203,12 @@ async def submit(request: web.Request) -> web.StreamResponse:
 
 
 async def place(
-    request: web.Request, body: Mapping[str, Any], idempotency: str, body_hash: str
+    request: web.Request,
+    body: Mapping[str, Any],
+    idempotency: str,
+    body_hash: str,
+    *,
+    kept_seed: int | None = None,
 ) -> web.StreamResponse:
     """Check a submission's fields, then charge and queue it (or replay its key)."""
     app = request.app
@@ -208,7 +218,7 @@ async def place(
     # The moderation answers after the fields and before the key (CONTRACT §11);
     # a bad field answers after the key (§6, details 1): it waits its turn.
     try:
-        model, fields = await _fields(request, body)
+        model, fields = await _fields(request, body, kept_seed)
     except ApiError as err:
         bad_field: ApiError | None = err
     else:

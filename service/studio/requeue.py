@@ -20,7 +20,11 @@ RETRYABLE = frozenset({"failed", "canceled"})
 
 
 def again(fields: dict[str, str], model_fields: tuple[str, ...]) -> dict[str, Any]:
-    """The submit body that asks for the same generation once more."""
+    """The submit body that asks for the same generation once more.
+
+    The seed goes in the body only where the model has a seed control (submit
+    refuses it elsewhere); `retry` keeps it for the others too.
+    """
     preset = fields.get("preset")
     prompt = fields["base_prompt"] if preset else fields["prompt"]
     negative = fields["base_negative_prompt"] if preset else fields["negative_prompt"]
@@ -53,7 +57,9 @@ async def retry(request: web.Request) -> web.StreamResponse:
     body = again(fields, models.get(fields["model"], ()))
     # A key names this retry of this generation: a replay repeats it once.
     idempotency, body_hash = read_idempotency(request, {"retry": gid})
-    return await place(request, body, idempotency, body_hash)
+    return await place(
+        request, body, idempotency, body_hash, kept_seed=int(fields["seed"])
+    )
 
 
 async def cancel_all(request: web.Request) -> web.StreamResponse:
