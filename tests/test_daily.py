@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 
+import pytest
 from redis.asyncio import Redis
 
 from service.store.embedded import MailCatcher
-from service.studio.daily import DailyCredits, next_day
+from service.studio.daily import AlreadyClaimed, DailyCredits, next_day
 from service.studio.ledger import iso
 
 from .conftest import MakeClient
@@ -79,3 +80,18 @@ async def test_a_new_beijing_day_grants_again_and_the_old_lot_expires(
     assert body["balance"] == 120
     kinds = [e["kind"] for e in await ledger(client)]
     assert kinds == ["grant", "grant", "grant", "expire", "grant"]
+
+
+async def test_a_claim_dated_before_the_last_one_is_refused(
+    studio: MakeClient, mail_server: MailCatcher, redis: Redis
+) -> None:
+    """Two processes a second apart at Beijing midnight: one grant, not one each."""
+    client = await studio()
+    me = await sign_in(client, mail_server)
+    daily = DailyCredits(redis, 10)
+    midnight = dt.datetime(2026, 12, 10, 16, 0, tzinfo=dt.UTC)  # Beijing 12-11 00:00
+    assert await daily.claim(me["id"], midnight) == 110
+    for seconds in (-1, 1):  # the day before by a second, then the same day
+        with pytest.raises(AlreadyClaimed):
+            await daily.claim(me["id"], midnight + dt.timedelta(seconds=seconds))
+    assert await daily.claim(me["id"], midnight + dt.timedelta(days=1)) == 120
