@@ -182,6 +182,49 @@ async def test_my_favorite_works_list_newest_first_whatever_order_i_favorited_th
     ]  # fmt: skip
 
 
+async def _favorite_ids(client: Client, limit: int) -> list[list[str]]:
+    """Walk /api/favorites a page at a time; the ids of each page."""
+    pages: list[list[str]] = []
+    cursor = ""
+    while True:
+        params = {"limit": str(limit), **({"cursor": cursor} if cursor else {})}
+        body = await (await client.get("/api/favorites", params=params)).json()
+        pages.append([item["id"] for item in body["items"]])
+        if not body["next_cursor"]:
+            return pages
+        cursor = body["next_cursor"]
+
+
+async def test_favorites_pages_stay_full_past_works_taken_off_the_square(
+    make_client: Factory, mail_server: MailCatcher, redis: Redis, tmp_path: Path
+) -> None:
+    """Unpublished favorites are passed over, not counted; unseen, they come back
+    with the work, and meanwhile they are 404 to favorite or unfavorite."""
+    owner, fan = await make_client(), await make_client()
+    me = await sign_in(owner, mail_server)
+    await sign_in(fan, mail_server)
+    works = await make_works(redis, tmp_path, me["id"], 6)
+    ids = [work["id"] for work in works]
+    for wid in ids:
+        assert (await owner.post(f"/api/works/{wid}/publish")).status == 200
+        assert (await fan.put(f"/api/works/{wid}/favorite")).status == 204
+    newest_first = ids[::-1]
+    hidden = {newest_first[0], newest_first[1], newest_first[3], newest_first[5]}
+    for wid in hidden:
+        assert (await owner.delete(f"/api/works/{wid}/publish")).status == 200
+    shown = [wid for wid in newest_first if wid not in hidden]
+    assert await _favorite_ids(fan, 1) == [[shown[0]], [shown[1]]]
+    assert await _favorite_ids(fan, 2) == [shown]
+    for method in ("DELETE", "PUT"):
+        response = await fan.request(method, f"/api/works/{newest_first[0]}/favorite")
+        assert (response.status, await response.json()) == (
+            404,
+            {"error": "NOT_FOUND"},
+        ), method
+    assert (await owner.post(f"/api/works/{newest_first[0]}/publish")).status == 200
+    assert await _favorite_ids(fan, 50) == [[newest_first[0], *shown]]
+
+
 async def test_another_persons_unpublished_work_is_404_like_a_missing_one(
     make_client: Factory, mail_server: MailCatcher, redis: Redis, tmp_path: Path
 ) -> None:

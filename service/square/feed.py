@@ -9,7 +9,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, cast
@@ -291,6 +291,14 @@ class SquareStore:
         """Return a published work, read fresh."""
         raw = await self._redis.get(f"{PREFIX}:work:{work_id}")
         return Work.from_json(json.loads(raw)) if raw else None
+
+    async def get_many(self, work_ids: Sequence[str]) -> list[Work | None]:
+        """Return published works, read fresh in one MGET (one slot: one hash tag),
+        in order; None for each one not in the square."""
+        if not work_ids:
+            return []
+        raws = await self._redis.mget([f"{PREFIX}:work:{wid}" for wid in work_ids])
+        return [Work.from_json(json.loads(raw)) if raw else None for raw in raws]
 
     async def page_json(
         self,

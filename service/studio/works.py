@@ -148,11 +148,10 @@ class WorkStore:
 
     async def favorite(self, me: str, wid: str, on: bool) -> None:
         """Add or remove my favorite; the count is exact under any concurrency."""
-        if on:
-            owner = await self.owner_of(me, wid)
-        else:
-            found = await self._redis.hget(f"{account_key(me)}:favowner", wid)
-            owner = text(found) if found else await self.owner_of(me, wid)
+        # Either way only on a work I can see (CONTRACT §6: 404 when neither mine
+        # nor published): a favorite of a work taken off the square stays, unseen,
+        # until it comes back.
+        owner = await self.owner_of(me, wid)
         try:
             _, count, change, _, listed = await self._run(
                 owner, "favorite" if on else "unfavorite", wid, me
@@ -258,23 +257,63 @@ class WorkStore:
     async def favorites_page(
         self, me: str, *, before: int | None, limit: int
     ) -> tuple[list[dict[str, Any]], int | None]:
-        """List works I favorited, most recent favorite first."""
+        """List works I favorited, most recent favorite first.
+
+        Favorites of works no longer shown (unpublished, hidden by reports) stay
+        in my list, unseen, in case they come back: a page passes over them and
+        still holds `limit` works while there are more, looking at no more than
+        FAVORITES_SCANNED of them (past that, a shorter page and a cursor).
+        """
         key = account_key(me)
-        top: int | str = f"({before}" if before is not None else "+inf"
-        found: list[tuple[bytes, float]] = await self._redis.zrevrangebyscore(  # type: ignore[assignment]
-            f"{key}:favs", top, "-inf", start=0, num=limit + 1, withscores=True
-        )
-        rows = found[:limit]
-        wids = [text(wid) for wid, _ in rows]
-        owners = await self._redis.hmget(f"{key}:favowner", wids) if wids else []
-        items = []
-        for wid, owner in zip(wids, owners, strict=True):
-            if owner is not None and text(owner) == me:
-                items += await self.views(me, [wid])
-            elif (work := await self._square.get(wid)) is not None:
-                items.append({**work.public(), "favorite": True})
-        more = len(found) > limit
-        return items, int(rows[-1][1]) if more and rows else None
+        items: list[dict[str, Any]] = []
+        last: int | None = before
+        scanned = 0
+        while scanned < FAVORITES_SCANNED:
+            top: int | str = f"({last}" if last is not None else "+inf"
+            rows: list[tuple[bytes, float]] = await self._redis.zrevrangebyscore(  # type: ignore[assignment]
+                f"{key}:favs", top, "-inf", start=0, num=limit + 1, withscores=True
+            )
+            scanned += len(rows)
+            shown = await self._favorite_views(me, [text(wid) for wid, _ in rows])
+            for (_, score), item in zip(rows, shown, strict=True):
+                if item is None:
+                    continue
+                if len(items) == limit:  # one more is shown: a next page
+                    return items, last
+                items.append(item)
+                last = int(score)
+            if len(rows) <= limit:  # the list ends here
+                return items, None
+            last = int(rows[-1][1])
+        return items, last
+
+    async def _favorite_views(
+        self, me: str, wids: Sequence[str]
+    ) -> list[dict[str, Any] | None]:
+        """Render favorites in order: mine as my works, others' as the square shows
+        them; None for one no longer shown."""
+        if not wids:
+            return []
+        owners = await self._redis.hmget(f"{account_key(me)}:favowner", list(wids))
+        mine = {
+            wid
+            for wid, owner in zip(wids, owners, strict=True)
+            if owner is not None and text(owner) == me
+        }
+        views = {view["id"]: view for view in await self.views(me, list(mine))}
+        others = [wid for wid in wids if wid not in mine]
+        published = dict(zip(others, await self._square.get_many(others), strict=True))
+        out: list[dict[str, Any] | None] = []
+        for wid in wids:
+            work = published.get(wid)
+            out.append(
+                views.get(wid) if work is None else {**work.public(), "favorite": True}
+            )
+        return out
+
+
+# Favorites a page looks at, at most, passing over those no longer shown.
+FAVORITES_SCANNED: Final = 500
 
 
 # The works their owners hid from the square (an account's deletion clears its own).
