@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import json
 import re
 import time
 from pathlib import Path
@@ -99,6 +101,24 @@ async def test_an_unknown_cookie_is_cleared(client: Client) -> None:
     assert response.status == 401
     assert "studio_session=" in response.headers["Set-Cookie"]
     assert "Max-Age=0" in response.headers["Set-Cookie"]
+
+
+async def test_a_cookie_of_bytes_that_are_not_utf_8_is_no_session(
+    client: Client,
+) -> None:
+    """Raw bytes no browser sends: 401 NO_SESSION like any unknown cookie, not 500."""
+    url = client.make_url("/api/me")
+    reader, writer = await asyncio.open_connection(url.host, url.port)
+    writer.write(
+        b"GET /api/me HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        b"Cookie: studio_session=\xe9\xff\r\n\r\n"
+    )
+    answer = await reader.read()
+    writer.close()
+    await writer.wait_closed()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.split(b"\r\n")[0] == b"HTTP/1.1 401 Unauthorized"
+    assert json.loads(body) == {"error": "NO_SESSION"}
 
 
 async def test_a_session_idles_out_after_seven_days(redis: Redis) -> None:

@@ -123,8 +123,11 @@ class SessionStore:
         """Return the token's session from this process's cache, if it holds it
         and it has not reached its absolute expiry: no Redis, no deadline.
 
-        Only sessions read from Redis are cached, so a malformed token misses.
+        Only sessions read from Redis are cached, so a malformed token misses
+        (and is never hashed: a cookie may hold bytes that are not UTF-8).
         """
+        if not _TOKEN.fullmatch(token):
+            return None
         key = session_key(token)
         if (cached := self.cache.get(key)) is not None:
             if int(time.time()) - cached.created < ABSOLUTE_SECONDS:
