@@ -360,6 +360,23 @@ async def test_only_the_owner_sees_and_downloads_an_export_and_never_via_media(
         assert key.startswith("exports/")
         assert stored.is_file()
 
+        # HEAD: the download's headers and no body, the connection still good.
+        url = studio.make_url("/")
+        reader, writer = await asyncio.open_connection(url.host, url.port)
+        cookie = me.cookie["Cookie"].encode()
+        writer.write(
+            f"HEAD /api/account/exports/{eid}/file HTTP/1.1\r\nHost: x\r\n".encode()
+            + b"Cookie: " + cookie + b"\r\n\r\n"
+            + b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )  # fmt: skip
+        answer = await reader.read()
+        writer.close()
+        await writer.wait_closed()
+        head, _, rest = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+        assert b"Content-Type: application/zip" in head
+        assert rest.startswith(b"HTTP/1.1 200 OK\r\n"), rest[:40]
+
         for path in (f"/api/account/exports/{eid}", f"/api/account/exports/{eid}/file"):
             response = await studio.get(path, headers=other.cookie)
             assert (response.status, await response.json()) == (

@@ -107,6 +107,9 @@ async def download(request: web.Request) -> web.StreamResponse:
             }
         )
         await response.prepare(request)
+        if request.method == hdrs.METH_HEAD:  # the headers only: no body follows
+            await response.write_eof()
+            return response
         with contextlib.suppress(ConnectionResetError):
             await response.write(first)
             async for chunk in chunks:
