@@ -126,6 +126,31 @@ async def test_cancel_returns_the_buyer_without_paying(rig: Rig) -> None:
     assert (await rig.gateway.trade(oid) or {})["status"] == "created"
 
 
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        ("multipart/form-data", b"x"),  # no boundary
+        ("multipart/form-data; boundary=x", b"--x\r\n"),  # a part without a name
+        ("application/x-www-form-urlencoded; charset=utf-8", b"a=\xff"),
+        ("application/x-www-form-urlencoded; charset=bogus", b"a=b"),
+    ],
+)
+async def test_a_form_that_cannot_be_read_is_400_and_pays_nothing(
+    rig: Rig, content_type: str, body: bytes
+) -> None:
+    """The pay button reads its form first: nothing is paid on a bad one."""
+    oid = order_id()
+    await rig.wechatpay.create(rig.checkout("wechatpay", oid, device="mobile"))
+    pay = f"/fake-pay/wechatpay/checkout/{oid}/pay"
+    for path in (pay, "/fake-pay/alipay/gateway.do"):
+        async with rig.session.post(
+            f"{rig.url}{path}", data=body, headers={"Content-Type": content_type}
+        ) as response:
+            assert response.status == 400, path
+    assert rig.notices == []
+    assert (await rig.gateway.trade(oid) or {})["status"] == "created"
+
+
 async def test_a_wechat_h5_page_returns_only_to_the_merchants_origin(rig: Rig) -> None:
     oid = order_id()
     action = await rig.wechatpay.create(rig.checkout("wechatpay", oid, device="mobile"))

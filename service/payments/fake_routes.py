@@ -12,11 +12,26 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from .fake import FAKE_GATEWAY, PREFIX, PROVIDER_NAMES, FakeGateway, digits
 from .providers import alipay, wechatpay
 
 _LOGGER: Final = logging.getLogger(__name__)
+
+
+# What reading a form a client got wrong raises (no boundary, a part without a
+# name, bytes not in its charset, a charset no codec has).
+_MALFORMED_FORM: Final = (ValueError, LookupError, AssertionError, HttpProcessingError)
+
+
+async def _form(request: web.Request) -> dict[str, str]:
+    """The fields of a POSTed form (files left out); 400 if it cannot be read."""
+    try:
+        form = await request.post()
+    except _MALFORMED_FORM:
+        raise web.HTTPBadRequest(text="a form that cannot be read") from None
+    return {k: v for k, v in form.items() if isinstance(v, str)}
 
 
 # -- the fake Alipay gateway ---------------------------------------------------
@@ -27,9 +42,7 @@ async def alipay_gateway(request: web.Request) -> web.StreamResponse:
     fake = request.app[FAKE_GATEWAY]
     params = dict(request.query)
     if request.method == "POST":
-        params |= {
-            k: v for k, v in (await request.post()).items() if isinstance(v, str)
-        }
+        params |= await _form(request)
     method = params.get("method", "")
     browser = method in ("alipay.trade.page.pay", "alipay.trade.wap.pay")
     if not fake.alipay_request_ok(params):
@@ -356,10 +369,13 @@ async def checkout_page(request: web.Request) -> web.Response:
 
 
 async def _back_url(request: web.Request, trade: Mapping[str, str]) -> str:
-    """Where the browser returns: Alipay's return_url, WeChat H5's redirect_url."""
+    """Where the browser returns: Alipay's return_url, WeChat H5's redirect_url.
+
+    Read before anything is paid: a form that cannot be read pays nothing.
+    """
+    form = await _form(request)
     if trade["return_url"]:
         return trade["return_url"]
-    form = await request.post()
     back = form.get("redirect_url", "")
     # Only back to the merchant that created the order: never an open redirect.
     if isinstance(back, str) and _same_origin(back, trade["notify_url"]):
@@ -370,10 +386,10 @@ async def _back_url(request: web.Request, trade: Mapping[str, str]) -> str:
 async def checkout_pay(request: web.Request) -> web.StreamResponse:
     """The "pay" button: mark paid, send the notice, back to the merchant."""
     fake, order_id, trade = await _checkout_trade(request)
+    back = await _back_url(request, trade)
     delivery = await fake.pay(order_id)
     if delivery is not None and delivery.status not in (200, 204):
         _LOGGER.warning("fake-pay notice for %s answered %s", order_id, delivery.status)
-    back = await _back_url(request, trade)
     raise web.HTTPSeeOther(back or f"{PREFIX}/{trade['provider']}/checkout/{order_id}")
 
 
