@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -12,6 +13,7 @@ from service.api.boundary import ApiBoundary
 from service.api.errors import ApiError, setup_errors
 
 from .conftest import Client
+from .logs import troubles
 
 
 async def test_unknown_api_path_answers_json_not_found(client: Client) -> None:
@@ -100,6 +102,29 @@ async def test_a_crash_becomes_a_500_without_traceback(
     assert await response.json() == {"error": "INTERNAL_ERROR"}
     assert "secret internal detail" not in await response.text()
     assert "secret internal detail" in caplog.text
+
+
+async def test_a_client_that_leaves_mid_body_is_not_a_store_outage(
+    client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A body cut short by a closed connection: an info line, no 503, no warning."""
+    caplog.set_level(logging.INFO)
+    url = client.make_url("/")
+    _reader, writer = await asyncio.open_connection(url.host, url.port)
+    writer.write(
+        b"POST /api/auth/code HTTP/1.1\r\nHost: x\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{}"
+    )
+    await writer.drain()
+    await asyncio.sleep(0.1)  # the handler is reading the body
+    writer.close()
+    await writer.wait_closed()
+    for _ in range(250):
+        if "client left" in caplog.text:
+            break
+        await asyncio.sleep(0.02)
+    assert "client left during POST /api/auth/code" in caplog.text
+    assert troubles(caplog) == []
 
 
 async def test_domain_errors_keep_their_code_headers_and_fields(

@@ -30,6 +30,9 @@ _CODES: Final = {
 UNAVAILABLE_RETRY_AFTER: Final = "5"
 # The name of the catch-all route that answers what no other route took.
 FALLBACK: Final = "fallback"
+# What the access log and metrics say of a request whose client left before
+# its answer (nginx's "client closed request"); no client ever receives it.
+CLIENT_CLOSED: Final = 499
 # Headers of an aiohttp HTTPException that the client needs to act on it.
 _KEPT: Final = (hdrs.ALLOW, hdrs.RETRY_AFTER)
 
@@ -53,6 +56,12 @@ class ApiError(Exception):
         self.headers = dict(headers or {})
         self.content_type = content_type
         self.fields = fields
+
+
+def client_gone(request: web.BaseRequest) -> bool:
+    """Tell whether the request's connection has closed (the client left)."""
+    transport = request.transport
+    return transport is None or transport.is_closing()
 
 
 def error_code(status: int) -> str:
@@ -99,6 +108,15 @@ def setup_errors(api: ApiBoundary) -> None:
                 }
                 return json_error(exc.status, error_code(exc.status), kept)
             except (RedisError, RedisClusterException, OSError, TimeoutError) as err:
+                if isinstance(err, ConnectionResetError) and client_gone(request):
+                    # The client left while its body was read: not the store's
+                    # doing, and nobody to answer. Logged as nginx does: 499.
+                    _LOGGER.info(
+                        "client left during %s %s",
+                        request.method,
+                        request.rel_url.path,
+                    )
+                    return json_error(CLIENT_CLOSED, "CLIENT_CLOSED_REQUEST")
                 # The store is down or slow (or a cluster slot has no master
                 # yet): fail closed, say so, say when to retry.
                 _LOGGER.warning(  # which timeout: the client's, or a budget's
