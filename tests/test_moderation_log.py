@@ -16,6 +16,7 @@ from service.moderation.log import ModerationLog, Record, day_key
 from service.store.embedded import MailCatcher, RedisServer
 
 from .conftest import TEST_SECRET, MakeClient, SettingsFactory
+from .ports import free_port
 from .processes import studio_environ
 from .test_library import make_works
 from .test_upstream_fal import KEY
@@ -112,6 +113,21 @@ async def test_the_operator_reads_the_log_by_account_and_tests_a_text(
     assert refused.stderr == allowed.stderr == ""
     bad = await studio_command("moderation", "log", "--since", "x", environ=environ)
     assert bad.returncode == 2
+    # A provider that does not answer: the list's verdict still counts; exit 3
+    # says "not decided" where the list allows (1 keeps meaning "refused").
+    down = {
+        **environ,
+        "STUDIO_MODERATION_PROVIDER": "tencent",
+        "STUDIO_MODERATION_ACCESS_KEY_ID": "id",
+        "STUDIO_MODERATION_ACCESS_KEY_SECRET": "secret",
+        "STUDIO_MODERATION_ENDPOINT": f"http://127.0.0.1:{free_port()}",
+        "STUDIO_MODERATION_TIMEOUT": "1",
+    }
+    for text, code, verdict in (("儿童色情", 1, "blocked"), ("a lamp", 3, "unknown")):
+        done = await studio_command("moderation", "test", text, environ=down)
+        line = json.loads(done.stdout)
+        assert (done.returncode, line["verdict"]) == (code, verdict), done.stderr
+        assert set(line["provider"]) == {"error"}
 
 
 async def test_an_upstreams_own_refusal_is_logged_once(

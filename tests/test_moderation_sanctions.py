@@ -168,13 +168,18 @@ async def test_a_suspension_without_days_lasts_until_restored(
     redis: Redis,
     redis_server: RedisServer,
 ) -> None:
-    """until is null; an unknown address is refused with exit 1."""
+    """until is null; an unknown address or a blank reason is refused with exit 1."""
     client = await studio()
     email = new_address()
     await sign_in(client, mail_server, email)
     environ = studio_environ(
         STUDIO_REDIS_URL=redis_server.url, STUDIO_SECRET_KEY=TEST_SECRET
     )
+    blank = await studio_command(
+        "accounts", "suspend", email, "--reason", " ", environ=environ
+    )
+    assert (blank.returncode, blank.stdout) == (1, "")
+    assert blank.stderr.count("\n") == 1
     done = await studio_command(
         "accounts", "suspend", email, "--reason", "r", environ=environ
     )

@@ -23,6 +23,8 @@ from .setup import moderation_for
 
 OK: Final = 0
 REFUSED: Final = 1
+# `moderation test`: the provider did not answer and the list did not refuse.
+UNDECIDED: Final = 3
 # Finds an account's id by its address (service/operator.py's, with the keys).
 FindAccount = Callable[[str], Awaitable[str | None]]
 
@@ -41,27 +43,7 @@ async def run_moderation(
     if args.command == "reports":
         return await _reports(args, settings, redis, log)
     if args.moderation_command == "test":
-        moderation = moderation_for(settings, log)
-        found = moderation.verdict(args.text)
-        try:
-            said = (
-                await moderation.provider.text(args.text)
-                if moderation.provider
-                else None
-            )
-        except ProviderError as err:
-            return _refuse(f"the provider did not answer: {err}")
-        blocked = found is not None or (said is not None and said.blocked)
-        _print(
-            {
-                "verdict": "blocked" if blocked else "allowed",
-                "list": found.term if found else None,
-                "provider": None
-                if said is None
-                else {"blocked": said.blocked, "label": said.label},
-            }
-        )
-        return REFUSED if blocked else OK
+        return await _test(args.text, settings, log)
     account = None
     if args.account:
         account = await find(args.account)
@@ -108,9 +90,43 @@ async def _reports(
     return OK
 
 
+async def _test(text: str, settings: Settings, log: ModerationLog) -> int:
+    """Print the list's and the provider's verdicts; exit 1 when refused.
+
+    A provider that does not answer is said in the line ("unknown" unless the
+    list refuses anyway) and exits UNDECIDED: 1 keeps meaning "refused".
+    """
+    moderation = moderation_for(settings, log)
+    found = moderation.verdict(text)
+    provider: dict[str, Any] | None = None
+    blocked = found is not None
+    undecided = False
+    if moderation.provider is not None:
+        try:
+            said = await moderation.provider.text(text)
+        except ProviderError as err:
+            provider, undecided = {"error": str(err)}, True
+        else:
+            provider = {"blocked": said.blocked, "label": said.label}
+            blocked = blocked or said.blocked
+    verdict = "blocked" if blocked else "unknown" if undecided else "allowed"
+    _print(
+        {
+            "verdict": verdict,
+            "list": found.term if found else None,
+            "provider": provider,
+        }
+    )
+    if blocked:
+        return REFUSED
+    return UNDECIDED if undecided else OK
+
+
 async def _accounts(
     args: argparse.Namespace, settings: Settings, redis: Redis, log: ModerationLog
 ) -> int:
+    if args.accounts_command == "suspend" and not args.reason.strip():
+        return _refuse("--reason: say why (the moderation log keeps it)")
     deletions = await _deletions(settings, redis)
     email = args.email.strip().lower()
     account_id = await deletions.accounts.find(email)
