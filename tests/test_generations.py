@@ -322,6 +322,8 @@ async def test_more_queued_jobs_than_the_cap_answer_too_many_jobs(
         ({"model": "nope", "prompt": "x"}, "model"),
         ({"model": 5, "prompt": "x"}, "model"),
         ({"model": "seedream-4", "prompt": "   "}, "prompt"),
+        # nothing visible: zero-width space, BOM, a bidi mark, NUL
+        ({"model": "seedream-4", "prompt": "\u200b\ufeff\u200f\x00"}, "prompt"),
         ({"model": "seedream-4", "prompt": "x" * 2001}, "prompt"),
         (
             {"model": "seedream-4", "prompt": "x", "negative_prompt": "n" * 1001},

@@ -132,6 +132,12 @@ async def credits(request: web.Request) -> web.StreamResponse:
     )
 
 
+def _visible(text: str) -> bool:
+    """Tell whether a text shows anything: not only controls, zero-width or
+    format characters (U+200B, a BOM, bidi marks), which strip() leaves."""
+    return any(char.isprintable() and not char.isspace() for char in text)
+
+
 def _integer(body: Mapping[str, Any], name: str, default: int) -> int:
     value = body.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int):
@@ -155,7 +161,7 @@ async def _fields(
     if refused := model.refused_field(body):
         raise bad_field(refused)  # the model has no such control
     prompt = body["prompt"].strip() if isinstance(body["prompt"], str) else ""
-    if not 1 <= len(prompt) <= MAX_PROMPT:
+    if not 1 <= len(prompt) <= MAX_PROMPT or not _visible(prompt):
         raise bad_field("prompt")
     negative = body.get("negative_prompt", "")
     if not isinstance(negative, str) or len(negative.strip()) > MAX_NEGATIVE_PROMPT:
