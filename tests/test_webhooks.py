@@ -476,6 +476,41 @@ async def test_undecodable_wechat_header_bytes_are_refused_with_a_400(
     assert not crashes(caplog)
 
 
+async def test_a_sender_that_leaves_mid_body_is_not_a_store_outage(
+    aiohttp_server: AiohttpServer,
+    aiohttp_client: AiohttpClient,
+    make_settings: SettingsFactory,
+    redis: Redis,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A notice cut short by a closed connection: counted as the client's, no
+    warning, nothing applied."""
+    async with open_shop(
+        aiohttp_server,
+        aiohttp_client,
+        make_settings,
+        redis,
+        STUDIO_METRICS_PORT=str(free_port()),
+    ) as shop:
+        url = URL(shop.base_url)
+        _reader, writer = await asyncio.open_connection(url.host, url.port)
+        writer.write(
+            b"POST /webhooks/alipay HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n"
+            b"Content-Type: application/x-www-form-urlencoded\r\n\r\nnotify_id=1"
+        )
+        await writer.drain()
+        await asyncio.sleep(0.1)  # the handler is reading the body
+        writer.close()
+        await writer.wait_closed()
+        counted = 'outcome="client_closed_request",provider="alipay"} 1.0'
+        for _ in range(250):
+            if counted in shop.client.app[METRICS].exposition().decode():
+                break
+            await asyncio.sleep(0.02)
+        assert counted in shop.client.app[METRICS].exposition().decode()
+        assert "store unavailable" not in caplog.text
+
+
 def signed_wechat_notice(
     shop: Shop, event: dict[str, Any], resource: dict[str, Any], stamp: str
 ) -> Delivery:

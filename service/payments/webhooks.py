@@ -21,7 +21,7 @@ from aiohttp.typedefs import Handler
 from aiohttp.web_protocol import RequestPayloadError
 
 from ..api.codings import body_coding, decode_body
-from ..api.errors import UNAVAILABLE_RETRY_AFTER, ApiError
+from ..api.errors import CLIENT_CLOSED, UNAVAILABLE_RETRY_AFTER, ApiError, client_gone
 from ..keys import REDIS
 from ..metrics import METRICS
 from ..store.connect import STORE_ERRORS
@@ -91,6 +91,10 @@ async def _body(request: web.Request) -> bytes:
         raise _Refused(408, "REQUEST_TIMEOUT") from None
     except RequestPayloadError:
         raise _Refused(400, "BAD_REQUEST") from None
+    except ConnectionResetError:
+        if client_gone(request):  # the sender left mid-body: not a store outage
+            raise _Refused(CLIENT_CLOSED, "CLIENT_CLOSED_REQUEST") from None
+        raise
     try:
         return decode_body(b"".join(chunks), coding, MAX_NOTICE_BYTES)
     except ApiError as err:
