@@ -33,6 +33,7 @@ from service.studio.media.store import DirectoryStore, new_key
 
 from .cluster import Cluster
 from .conftest import Client, Env, SettingsFactory, forget_limits
+from .raw_http import exchange
 from .workbench import sign_in, worker_process
 
 JSON_FILES = {
@@ -361,17 +362,13 @@ async def test_only_the_owner_sees_and_downloads_an_export_and_never_via_media(
         assert stored.is_file()
 
         # HEAD: the download's headers and no body, the connection still good.
-        url = studio.make_url("/")
-        reader, writer = await asyncio.open_connection(url.host, url.port)
         cookie = me.cookie["Cookie"].encode()
-        writer.write(
+        answer = await exchange(
+            studio.make_url("/"),
             f"HEAD /api/account/exports/{eid}/file HTTP/1.1\r\nHost: x\r\n".encode()
             + b"Cookie: " + cookie + b"\r\n\r\n"
-            + b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            + b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
         )  # fmt: skip
-        answer = await reader.read()
-        writer.close()
-        await writer.wait_closed()
         head, _, rest = answer.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200 OK\r\n")
         assert b"Content-Type: application/zip" in head

@@ -14,6 +14,7 @@ from service.api.errors import ApiError, setup_errors
 
 from .conftest import Client
 from .logs import troubles
+from .raw_http import abandon
 
 
 async def test_unknown_api_path_answers_json_not_found(client: Client) -> None:
@@ -109,16 +110,11 @@ async def test_a_client_that_leaves_mid_body_is_not_a_store_outage(
 ) -> None:
     """A body cut short by a closed connection: an info line, no 503, no warning."""
     caplog.set_level(logging.INFO)
-    url = client.make_url("/")
-    _reader, writer = await asyncio.open_connection(url.host, url.port)
-    writer.write(
+    await abandon(
+        client.make_url("/"),
         b"POST /api/auth/code HTTP/1.1\r\nHost: x\r\n"
-        b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{}"
+        b"Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{}",
     )
-    await writer.drain()
-    await asyncio.sleep(0.1)  # the handler is reading the body
-    writer.close()
-    await writer.wait_closed()
     for _ in range(250):
         if "client left" in caplog.text:
             break

@@ -110,89 +110,30 @@ async def _put(session: aiohttp.ClientSession, url: str, token: str) -> int:
     return 503
 
 
-async def _square_ids(client: Client, **query: str) -> list[str]:
-    ids: list[str] = []
-    cursor = ""
-    while True:
-        params = {**query, "limit": "2", **({"cursor": cursor} if cursor else {})}
-        response = await client.get("/api/square", params=params)
-        assert response.status == 200, await response.text()
-        body = await response.json()
-        ids += [item["id"] for item in body["items"]]
-        if not body["next_cursor"]:
-            return ids
-        cursor = body["next_cursor"]
-
-
-async def test_my_works_list_read_and_page(
-    make_client: Factory, mail_server: MailCatcher, redis: Redis, tmp_path: Path
-) -> None:
-    """My library lists newest first in cursor pages; a work shows its generation."""
-    client = await make_client()
-    me = await sign_in(client, mail_server)
-    first = await make_works(redis, tmp_path, me["id"], 2)
-    second = await make_works(redis, tmp_path, me["id"], 1)
-    seen, cursor = [], ""
-    while True:
-        body = await (await client.get(f"/api/works?limit=2&cursor={cursor}")).json()
-        seen += [item["id"] for item in body["items"]]
-        if not body["next_cursor"]:
-            break
-        cursor = body["next_cursor"]
-    assert seen == [w["id"] for w in reversed(first + second)]
-    one = await (await client.get(f"/api/works/{first[0]['id']}")).json()
-    assert one["generation_id"] == first[0]["generation_id"]
-    assert one["favorites"] == 0
-    assert one["favorite"] is False
-    assert "media_key" not in one
-    for query in ("favorite=yes", "limit=0", "cursor=x", "sort=new"):
-        response = await client.get(f"/api/works?{query}")
-        assert response.status == 400
-
-
-async def test_my_favorite_works_list_newest_first_whatever_order_i_favorited_them(
-    make_client: Factory, mail_server: MailCatcher, redis: Redis, tmp_path: Path
-) -> None:
-    """favorite=true narrows my library; it stays newest first (CONTRACT §6), and
-    someone else's published work I favorited is not among my works."""
-    client = await make_client()
-    me = await sign_in(client, mail_server)
-    other = await make_client()
-    them = await sign_in(other, mail_server)
-    works = await make_works(redis, tmp_path, me["id"], 5)
-    (theirs,) = await make_works(redis, tmp_path, them["id"], 1)
-    assert (await other.post(f"/api/works/{theirs['id']}/publish")).status == 200
-    # favorited oldest last, the other person's work in the middle
-    for wid in (works[3]["id"], works[1]["id"], theirs["id"], works[0]["id"]):
-        assert (await client.put(f"/api/works/{wid}/favorite")).status == 204
-    seen, cursor = [], ""
-    while True:
-        query = f"/api/works?favorite=true&limit=2&cursor={cursor}"
-        body = await (await client.get(query)).json()
-        seen += [item["id"] for item in body["items"]]
-        assert all(item["favorite"] for item in body["items"])
-        if not body["next_cursor"]:
-            break
-        cursor = body["next_cursor"]
-    assert seen == [works[3]["id"], works[1]["id"], works[0]["id"]]
-    # /api/favorites keeps its own order: the most recent favorite first
-    favorites = await (await client.get("/api/favorites")).json()
-    assert [item["id"] for item in favorites["items"]] == [
-        works[0]["id"], theirs["id"], works[1]["id"], works[3]["id"]
-    ]  # fmt: skip
-
-
-async def _favorite_ids(client: Client, limit: int) -> list[list[str]]:
-    """Walk /api/favorites a page at a time; the ids of each page."""
+async def _pages(
+    client: Client, path: str, limit: int, **query: str
+) -> list[list[str]]:
+    """Walk a list a page at a time, by its cursors; the ids of each page."""
     pages: list[list[str]] = []
     cursor = ""
     while True:
-        params = {"limit": str(limit), **({"cursor": cursor} if cursor else {})}
-        body = await (await client.get("/api/favorites", params=params)).json()
+        params = {
+            **query,
+            "limit": str(limit),
+            **({"cursor": cursor} if cursor else {}),
+        }
+        response = await client.get(path, params=params)
+        assert response.status == 200, await response.text()
+        body = await response.json()
         pages.append([item["id"] for item in body["items"]])
         if not body["next_cursor"]:
             return pages
         cursor = body["next_cursor"]
+
+
+async def _square_ids(client: Client, **query: str) -> list[str]:
+    pages = await _pages(client, "/api/square", 2, **query)
+    return [wid for page in pages for wid in page]
 
 
 async def test_favorites_pages_stay_full_past_works_taken_off_the_square(
@@ -213,8 +154,8 @@ async def test_favorites_pages_stay_full_past_works_taken_off_the_square(
     for wid in hidden:
         assert (await owner.delete(f"/api/works/{wid}/publish")).status == 200
     shown = [wid for wid in newest_first if wid not in hidden]
-    assert await _favorite_ids(fan, 1) == [[shown[0]], [shown[1]]]
-    assert await _favorite_ids(fan, 2) == [shown]
+    assert await _pages(fan, "/api/favorites", 1) == [[shown[0]], [shown[1]]]
+    assert await _pages(fan, "/api/favorites", 2) == [shown]
     for method in ("DELETE", "PUT"):
         response = await fan.request(method, f"/api/works/{newest_first[0]}/favorite")
         assert (response.status, await response.json()) == (
@@ -222,7 +163,7 @@ async def test_favorites_pages_stay_full_past_works_taken_off_the_square(
             {"error": "NOT_FOUND"},
         ), method
     assert (await owner.post(f"/api/works/{newest_first[0]}/publish")).status == 200
-    assert await _favorite_ids(fan, 50) == [[newest_first[0], *shown]]
+    assert await _pages(fan, "/api/favorites", 50) == [[newest_first[0], *shown]]
 
 
 async def test_another_persons_unpublished_work_is_404_like_a_missing_one(

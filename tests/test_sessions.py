@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import re
@@ -29,6 +28,7 @@ from service.store.embedded import MailCatcher, RedisServer
 from .conftest import TEST_SECRET, Client, SettingsFactory, forget_limits
 from .ports import free_port
 from .processes import studio_environ
+from .raw_http import exchange
 from .workbench import new_address, sign_in, studio_command
 
 # The anonymous /api routes (sign-in and the square); everything else needs a session.
@@ -107,15 +107,11 @@ async def test_a_cookie_of_bytes_that_are_not_utf_8_is_no_session(
     client: Client,
 ) -> None:
     """Raw bytes no browser sends: 401 NO_SESSION like any unknown cookie, not 500."""
-    url = client.make_url("/api/me")
-    reader, writer = await asyncio.open_connection(url.host, url.port)
-    writer.write(
+    answer = await exchange(
+        client.make_url("/"),
         b"GET /api/me HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-        b"Cookie: studio_session=\xe9\xff\r\n\r\n"
+        b"Cookie: studio_session=\xe9\xff\r\n\r\n",
     )
-    answer = await reader.read()
-    writer.close()
-    await writer.wait_closed()
     head, _, body = answer.partition(b"\r\n\r\n")
     assert head.split(b"\r\n")[0] == b"HTTP/1.1 401 Unauthorized"
     assert json.loads(body) == {"error": "NO_SESSION"}

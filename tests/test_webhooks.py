@@ -8,6 +8,7 @@ import json
 import re
 import secrets
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
@@ -29,6 +30,7 @@ from .conftest import SettingsFactory
 from .logs import crashes
 from .payments import fake_keys, other_keys
 from .ports import free_port
+from .raw_http import abandon, exchange
 from .shop import Shop, buy, checkout_page, credits, get_order, open_shop, pay
 from .workbench import sign_in
 
@@ -307,14 +309,14 @@ async def test_an_expired_order_paid_late_is_still_credited(
     assert await balance(shop) == 100 + 1060
 
 
-async def test_webhooks_sit_outside_the_api_and_refuse_big_bodies(
+@pytest.fixture
+async def metered_shop(
     aiohttp_server: AiohttpServer,
     aiohttp_client: AiohttpClient,
     make_settings: SettingsFactory,
     redis: Redis,
-) -> None:
-    """No session or cross-origin check; over 64 KiB: 413; not in /openapi.json;
-    each refusal counted (metrics on)."""
+) -> AsyncIterator[Shop]:
+    """The shop with metrics on: the notices' outcomes are counted."""
     async with open_shop(
         aiohttp_server,
         aiohttp_client,
@@ -322,37 +324,46 @@ async def test_webhooks_sit_outside_the_api_and_refuse_big_bodies(
         redis,
         STUDIO_METRICS_PORT=str(free_port()),
     ) as shop:
-        response = await shop.client.post(
-            "/webhooks/alipay",
-            data=b"a=1",
-            headers={
-                "Content-Type": "application/x-www-form-urlencoded",
-                "Sec-Fetch-Site": "cross-site",
-            },
-        )
-        assert (response.status, await response.json()) == (
-            400,
-            {"error": "BAD_SIGNATURE"},
-        )
-        assert response.headers["X-Content-Type-Options"] == "nosniff"
-        big = await shop.client.post(
-            "/webhooks/wechatpay",
-            data=b"{" + b" " * (64 * 1024) + b"}",
-            headers={"Content-Type": "application/json"},
-        )
-        assert (big.status, await big.json()) == (413, {"error": "PAYLOAD_TOO_LARGE"})
-        # Just under the limit is read (and then refused for its signature).
-        near = await shop.client.post(
-            "/webhooks/wechatpay",
-            data=b"{" + b" " * (60 * 1024) + b"}",
-            headers={"Content-Type": "application/json"},
-        )
-        assert near.status == 400
-        spec = await (await shop.client.get("/openapi.json")).json()
-        assert not [path for path in spec["paths"] if "webhook" in path]
-        assert (await shop.client.get("/webhooks/alipay")).status == 405
-        exposition = shop.client.app[METRICS].exposition().decode()
-        assert 'studio_payment_notices_total{outcome="payload_too_large"' in exposition
+        yield shop
+
+
+async def test_webhooks_sit_outside_the_api_and_refuse_big_bodies(
+    metered_shop: Shop,
+) -> None:
+    """No session or cross-origin check; over 64 KiB: 413; not in /openapi.json;
+    each refusal counted (metrics on)."""
+    shop = metered_shop
+    response = await shop.client.post(
+        "/webhooks/alipay",
+        data=b"a=1",
+        headers={
+            "Content-Type": "application/x-www-form-urlencoded",
+            "Sec-Fetch-Site": "cross-site",
+        },
+    )
+    assert (response.status, await response.json()) == (
+        400,
+        {"error": "BAD_SIGNATURE"},
+    )
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+    big = await shop.client.post(
+        "/webhooks/wechatpay",
+        data=b"{" + b" " * (64 * 1024) + b"}",
+        headers={"Content-Type": "application/json"},
+    )
+    assert (big.status, await big.json()) == (413, {"error": "PAYLOAD_TOO_LARGE"})
+    # Just under the limit is read (and then refused for its signature).
+    near = await shop.client.post(
+        "/webhooks/wechatpay",
+        data=b"{" + b" " * (60 * 1024) + b"}",
+        headers={"Content-Type": "application/json"},
+    )
+    assert near.status == 400
+    spec = await (await shop.client.get("/openapi.json")).json()
+    assert not [path for path in spec["paths"] if "webhook" in path]
+    assert (await shop.client.get("/webhooks/alipay")).status == 405
+    exposition = shop.client.app[METRICS].exposition().decode()
+    assert 'studio_payment_notices_total{outcome="payload_too_large"' in exposition
 
 
 async def test_with_redis_down_a_notice_gets_503_and_its_resend_credits(
@@ -428,19 +439,14 @@ async def raw_post(
     base_url: str, path: str, head: bytes, body: bytes
 ) -> tuple[int, bytes]:
     """POST with header bytes no HTTP client would send; the status and body."""
-    url = URL(base_url)
-    assert url.host is not None
-    assert url.port is not None
-    reader, writer = await asyncio.open_connection(url.host, url.port)
-    writer.write(
-        f"POST {path} HTTP/1.1\r\nHost: {url.host}\r\nConnection: close\r\n".encode()
+    host = URL(base_url).host
+    answer = await exchange(
+        base_url,
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n".encode()
         + head
         + f"Content-Length: {len(body)}\r\n\r\n".encode()
-        + body
+        + body,
     )
-    answer = await reader.read()
-    writer.close()
-    await writer.wait_closed()
     status_line, _, rest = answer.partition(b"\r\n")
     return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
 
@@ -477,38 +483,23 @@ async def test_undecodable_wechat_header_bytes_are_refused_with_a_400(
 
 
 async def test_a_sender_that_leaves_mid_body_is_not_a_store_outage(
-    aiohttp_server: AiohttpServer,
-    aiohttp_client: AiohttpClient,
-    make_settings: SettingsFactory,
-    redis: Redis,
-    caplog: pytest.LogCaptureFixture,
+    metered_shop: Shop, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A notice cut short by a closed connection: counted as the client's, no
     warning, nothing applied."""
-    async with open_shop(
-        aiohttp_server,
-        aiohttp_client,
-        make_settings,
-        redis,
-        STUDIO_METRICS_PORT=str(free_port()),
-    ) as shop:
-        url = URL(shop.base_url)
-        _reader, writer = await asyncio.open_connection(url.host, url.port)
-        writer.write(
-            b"POST /webhooks/alipay HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n"
-            b"Content-Type: application/x-www-form-urlencoded\r\n\r\nnotify_id=1"
-        )
-        await writer.drain()
-        await asyncio.sleep(0.1)  # the handler is reading the body
-        writer.close()
-        await writer.wait_closed()
-        counted = 'outcome="client_closed_request",provider="alipay"} 1.0'
-        for _ in range(250):
-            if counted in shop.client.app[METRICS].exposition().decode():
-                break
-            await asyncio.sleep(0.02)
-        assert counted in shop.client.app[METRICS].exposition().decode()
-        assert "store unavailable" not in caplog.text
+    shop = metered_shop
+    await abandon(
+        shop.base_url,
+        b"POST /webhooks/alipay HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n"
+        b"Content-Type: application/x-www-form-urlencoded\r\n\r\nnotify_id=1",
+    )
+    counted = 'outcome="client_closed_request",provider="alipay"} 1.0'
+    for _ in range(250):
+        if counted in shop.client.app[METRICS].exposition().decode():
+            break
+        await asyncio.sleep(0.02)
+    assert counted in shop.client.app[METRICS].exposition().decode()
+    assert "store unavailable" not in caplog.text
 
 
 def signed_wechat_notice(
