@@ -12,24 +12,19 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
 
+from ..web.hardening import MALFORMED_FORM
 from .fake import FAKE_GATEWAY, PREFIX, PROVIDER_NAMES, FakeGateway, digits
 from .providers import alipay, wechatpay
 
 _LOGGER: Final = logging.getLogger(__name__)
 
 
-# What reading a form a client got wrong raises (no boundary, a part without a
-# name, bytes not in its charset, a charset no codec has).
-_MALFORMED_FORM: Final = (ValueError, LookupError, AssertionError, HttpProcessingError)
-
-
 async def _form(request: web.Request) -> dict[str, str]:
     """The fields of a POSTed form (files left out); 400 if it cannot be read."""
     try:
         form = await request.post()
-    except _MALFORMED_FORM:
+    except MALFORMED_FORM:
         raise web.HTTPBadRequest(text="a form that cannot be read") from None
     return {k: v for k, v in form.items() if isinstance(v, str)}
 

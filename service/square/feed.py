@@ -289,8 +289,7 @@ class SquareStore:
 
     async def get(self, work_id: str) -> Work | None:
         """Return a published work, read fresh."""
-        raw = await self._redis.get(f"{PREFIX}:work:{work_id}")
-        return Work.from_json(json.loads(raw)) if raw else None
+        return (await self.get_many([work_id]))[0]
 
     async def get_many(self, work_ids: Sequence[str]) -> list[Work | None]:
         """Return published works, read fresh in one MGET (one slot: one hash tag),

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from aiohttp import hdrs, web
-from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.multipart import BodyPartReader
 from aiohttp_sse import sse_response
 
@@ -34,7 +33,7 @@ from ..limits.http import enforce
 from ..metrics import METRICS
 from ..moderation.prompts import MODERATION
 from ..moderation.providers.base import Picture
-from ..web.hardening import BAD_DISPOSITION
+from ..web.hardening import MALFORMED_FORM
 from ..web.keys import SECURITY
 from .events import CLOSE, Furthest
 from .generations import (
@@ -67,14 +66,6 @@ MAX_UPLOAD_BYTES: Final = 10 * 1024 * 1024
 # Multipart framing around the file: boundaries and part headers.
 _MULTIPART_SLACK: Final = 64 * 1024
 HEARTBEAT_SECONDS: Final = 14.0  # a comment within any 15 s without an event
-# What aiohttp's multipart reader raises on a form a client got wrong.
-_MALFORMED_FORM: Final = (
-    ValueError,
-    AssertionError,
-    RuntimeError,
-    HttpProcessingError,
-    *BAD_DISPOSITION,
-)
 # Routes whose handlers charge a per-account write limit (headers on every answer).
 ACCOUNT_LIMITED: Final = frozenset({"uploads"})
 _SUBMIT_FIELDS: Final = frozenset(
@@ -451,7 +442,7 @@ async def _read_file_part(request: web.Request) -> bytes:
                 chunks.append(chunk)
             if await reader.next() is not None:
                 raise ApiError(400, "BAD_REQUEST", field="file")
-    except _MALFORMED_FORM:
+    except MALFORMED_FORM:
         raise ApiError(400, "BAD_REQUEST") from None
     return b"".join(chunks)
 

@@ -57,6 +57,17 @@ _BAD_REQUEST_MESSAGE: Final = "Error handling request"
 _LOGGER: Final = logging.getLogger(__name__)
 # What aiohttp warns about a malformed Content-Disposition, quoting the header.
 BAD_DISPOSITION: Final = (BadContentDispositionHeader, BadContentDispositionParam)
+# What reading a form a client got wrong raises (multipart or urlencoded): no
+# boundary, a part without a name or with a bad header, bytes not in its
+# charset, a charset no codec has, a malformed Content-Disposition (warned).
+MALFORMED_FORM: Final = (
+    ValueError,
+    LookupError,
+    AssertionError,
+    RuntimeError,
+    HttpProcessingError,
+    *BAD_DISPOSITION,
+)
 
 
 def handler_options() -> dict[str, Any]:
