@@ -136,6 +136,64 @@ async def _square_ids(client: Client, **query: str) -> list[str]:
     return [wid for page in pages for wid in page]
 
 
+async def test_my_works_list_read_and_page(
+    make_client: Factory, mail_server: MailCatcher, redis: Redis, tmp_path: Path
+) -> None:
+    """My library lists newest first in cursor pages; a work shows its generation."""
+    client = await make_client()
+    me = await sign_in(client, mail_server)
+    first = await make_works(redis, tmp_path, me["id"], 2)
+    second = await make_works(redis, tmp_path, me["id"], 1)
+    seen, cursor = [], ""
+    while True:
+        body = await (await client.get(f"/api/works?limit=2&cursor={cursor}")).json()
+        seen += [item["id"] for item in body["items"]]
+        if not body["next_cursor"]:
+            break
+        cursor = body["next_cursor"]
+    assert seen == [w["id"] for w in reversed(first + second)]
+    one = await (await client.get(f"/api/works/{first[0]['id']}")).json()
+    assert one["generation_id"] == first[0]["generation_id"]
+    assert one["favorites"] == 0
+    assert one["favorite"] is False
+    assert "media_key" not in one
+    for query in ("favorite=yes", "limit=0", "cursor=x", "sort=new"):
+        response = await client.get(f"/api/works?{query}")
+        assert response.status == 400
+
+
+async def test_my_favorite_works_list_newest_first_whatever_order_i_favorited_them(
+    make_client: Factory, mail_server: MailCatcher, redis: Redis, tmp_path: Path
+) -> None:
+    """favorite=true narrows my library; it stays newest first (CONTRACT §6), and
+    someone else's published work I favorited is not among my works."""
+    client = await make_client()
+    me = await sign_in(client, mail_server)
+    other = await make_client()
+    them = await sign_in(other, mail_server)
+    works = await make_works(redis, tmp_path, me["id"], 5)
+    (theirs,) = await make_works(redis, tmp_path, them["id"], 1)
+    assert (await other.post(f"/api/works/{theirs['id']}/publish")).status == 200
+    # favorited oldest last, the other person's work in the middle
+    for wid in (works[3]["id"], works[1]["id"], theirs["id"], works[0]["id"]):
+        assert (await client.put(f"/api/works/{wid}/favorite")).status == 204
+    seen, cursor = [], ""
+    while True:
+        query = f"/api/works?favorite=true&limit=2&cursor={cursor}"
+        body = await (await client.get(query)).json()
+        seen += [item["id"] for item in body["items"]]
+        assert all(item["favorite"] for item in body["items"])
+        if not body["next_cursor"]:
+            break
+        cursor = body["next_cursor"]
+    assert seen == [works[3]["id"], works[1]["id"], works[0]["id"]]
+    # /api/favorites keeps its own order: the most recent favorite first
+    favorites = await (await client.get("/api/favorites")).json()
+    assert [item["id"] for item in favorites["items"]] == [
+        works[0]["id"], theirs["id"], works[1]["id"], works[3]["id"]
+    ]  # fmt: skip
+
+
 async def test_favorites_pages_stay_full_past_works_taken_off_the_square(
     make_client: Factory, mail_server: MailCatcher, redis: Redis, tmp_path: Path
 ) -> None:
