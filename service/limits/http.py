@@ -69,6 +69,9 @@ def rate_limited(decision: Decision) -> ApiError:
 
 def rate_headers(decisions: Sequence[Decision]) -> dict[str, str]:
     """Render RateLimit-Policy and RateLimit for every policy evaluated."""
+    if len(decisions) == 1 and len(only := decisions[0].states) == 1:
+        (state,) = only  # most routes: one policy, rendered without joins
+        return {"RateLimit-Policy": state.policy.rendered, "RateLimit": state.header()}
     states = [state for decision in decisions for state in decision.states]
     return {
         "RateLimit-Policy": ", ".join(s.policy.header() for s in states),
@@ -136,7 +139,10 @@ async def enforce(
             ) from None
         decision = app[LIMITER].local.check(subject, policies)
         request[DEGRADED] = True
-    request.setdefault(DECISIONS, []).append(decision)
+    if (decisions := request.get(DECISIONS)) is None:
+        request[DECISIONS] = [decision]
+    else:
+        decisions.append(decision)
     app[METRICS].decisions["allowed" if decision.allowed else "denied"].inc()
     if not decision.allowed:
         raise rate_limited(decision)
@@ -202,7 +208,9 @@ def setup_remembered_denials(
                     and not (guarded and cross_origin(request, origin))
                 ):
                     return denials.answer(memo_key, *memo)
-            request[CLIENT] = subject
+            # What the layers below fill in, present from the start: reading
+            # a missing key costs MutableMapping a KeyError raised and caught.
+            request[CLIENT], request[DECISIONS], request[DEGRADED] = subject, [], False
             return await handler(request)
 
         return remembered
@@ -221,11 +229,12 @@ def setup_rate_headers(api: ApiBoundary, *, names: Set[str]) -> None:
             """Add RateLimit-Policy and RateLimit (draft -10 syntax)."""
             response = await handler(request)
             if decisions := request.get(DECISIONS):
-                response.headers.update(rate_headers(decisions))
+                headers = response.headers
+                headers.update(rate_headers(decisions))
                 # Per-client numbers must not be stored by shared caches.
-                cache = response.headers.get(hdrs.CACHE_CONTROL, "")
+                cache = headers.get(hdrs.CACHE_CONTROL, "")
                 if "no-store" not in cache and "private" not in cache:
-                    response.headers[hdrs.CACHE_CONTROL] = (
+                    headers[hdrs.CACHE_CONTROL] = (
                         f"private, {cache}" if cache else "private"
                     )
             return response
