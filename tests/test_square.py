@@ -52,6 +52,18 @@ async def test_pages_walk_every_work_newest_first_exactly_once(client: Client) -
     assert seen == [work.id for work in reversed(works)]
 
 
+async def test_no_query_is_the_first_page_of_the_newest_twenty(client: Client) -> None:
+    """The bare path (the square's most asked page) means the spelled-out defaults."""
+    works = await _publish(client.app[SQUARE], 23)
+    bare = await client.get("/api/square")
+    spelled = await client.get("/api/square", params={"sort": "new", "limit": "20"})
+    assert bare.status == spelled.status == 200
+    body = await bare.json()
+    assert body == await spelled.json()
+    assert [item["id"] for item in body["items"]] == [w.id for w in works[::-1][:20]]
+    assert body["next_cursor"] is not None
+
+
 async def test_a_work_carries_no_personal_data(client: Client) -> None:
     """No e-mail, no author id: only the work."""
     (work,) = await _publish(client.app[SQUARE], 1)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, cast
 
 from aiohttp import web
+from multidict import MultiMapping
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -210,6 +211,10 @@ class SquareStore:
         budget, a stale copy is served without asking it again; with no copy
         at all, Redis gets the longer cold budget instead of a quick 503.
         """
+        if version is not None:  # read along by the limiter: usually a fresh hit
+            hit, value = self._cache.get(key, FRESH_SECONDS, version)
+            if hit:
+                return value
         stale, fallback = self._cache.get(key, STALE_SECONDS, None)
         budget = self._read_budget if stale else COLD_BUDGET_SECONDS
         asking = not degraded or not stale  # with nothing to serve, ask anyway
@@ -372,10 +377,19 @@ def _version(request: web.Request) -> int | None:
 _QUERY: Final = frozenset({"cursor", "limit", "sort", "kind"})
 
 
-@anonymous
-async def list_square(request: web.Request) -> web.StreamResponse:
-    """List published works, newest or most favorited first, a page at a time."""
-    query = request.query
+# What a request with no query asks for: the first page of the newest works.
+_FIRST_PAGE: Final[tuple[Sort, str, tuple[str, str] | None, int]] = (
+    "new",
+    "",
+    None,
+    read_limit(None),
+)
+
+
+def _page_query(
+    query: MultiMapping[str],
+) -> tuple[Sort, str, tuple[str, str] | None, int]:
+    """Read sort, kind, cursor and limit strictly, or raise 400 with the field."""
     for name in query:
         if name not in _QUERY or len(query.getall(name)) > 1:
             raise ApiError(400, "BAD_REQUEST", field=name)
@@ -389,10 +403,21 @@ async def list_square(request: web.Request) -> web.StreamResponse:
     raw_cursor = query.get("cursor") or None
     sort_ = cast(Sort, sort)
     cursor = decode_cursor(raw_cursor, sort_) if raw_cursor else None
-    store = request.app[SQUARE]
-    degraded = request.get(DEGRADED, False)
-    body = await store.page_json(
-        sort_, kind, cursor, limit, degraded=degraded, version=_version(request)
+    return sort_, kind, cursor, limit
+
+
+@anonymous
+async def list_square(request: web.Request) -> web.StreamResponse:
+    """List published works, newest or most favorited first, a page at a time."""
+    query = request.query
+    sort, kind, cursor, limit = _page_query(query) if query else _FIRST_PAGE
+    body = await request.app[SQUARE].page_json(
+        sort,
+        kind,
+        cursor,
+        limit,
+        degraded=request.get(DEGRADED, False),
+        version=_version(request),
     )
     return _json(body)
 
