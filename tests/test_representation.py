@@ -23,19 +23,29 @@ def _variant() -> Variant:
     return rep.identity
 
 
+def _denial() -> Variant:
+    """A 429 as the remembered denials send it: problem+json, not cached."""
+    headers = {
+        "Content-Type": "application/problem+json",
+        "Cache-Control": "no-store",
+        "Retry-After": "7",
+    }
+    return Variant(body=b'{"error": "RATE_LIMITED"}', headers=headers, status=429)
+
+
 @pytest.fixture
 async def server() -> AsyncIterator[TestServer]:
-    variant = _variant()
-
-    async def fast(request: web.Request) -> web.StreamResponse:
-        return PreparedResponse(variant)
-
-    async def plain(request: web.Request) -> web.StreamResponse:
-        return web.Response(body=variant.body, headers=variant.headers)
-
     app = web.Application()
-    app.router.add_get("/fast", fast)
-    app.router.add_get("/plain", plain)
+    for name, variant in (("", _variant()), ("429", _denial())):
+
+        async def fast(request: web.Request, v: Variant = variant) -> web.Response:
+            return PreparedResponse(v)
+
+        async def plain(request: web.Request, v: Variant = variant) -> web.Response:
+            return web.Response(status=v.status, body=v.body, headers=v.headers)
+
+        app.router.add_get(f"/fast{name}", fast)
+        app.router.add_get(f"/plain{name}", plain)
     test_server = TestServer(app)
     await test_server.start_server()
     yield test_server
@@ -58,14 +68,16 @@ async def _exchange(server: TestServer, request: bytes) -> bytes:
         await writer.wait_closed()
 
 
-async def _both(server: TestServer, template: bytes) -> tuple[bytes, bytes]:
+async def _both(
+    server: TestServer, template: bytes, suffix: bytes = b""
+) -> tuple[bytes, bytes]:
     """Fetch /fast and /plain alike, with their Date lines made equal."""
-    fast = await _exchange(server, template.replace(b"PATH", b"/fast"))
-    plain = await _exchange(server, template.replace(b"PATH", b"/plain"))
+    fast = await _exchange(server, template.replace(b"PATH", b"/fast" + suffix))
+    plain = await _exchange(server, template.replace(b"PATH", b"/plain" + suffix))
     return _DATE.sub(b"\r\nDate: -\r\n", fast), _DATE.sub(b"\r\nDate: -\r\n", plain)
 
 
-@pytest.mark.parametrize(
+TEMPLATES = pytest.mark.parametrize(
     "template",
     [
         b"GET PATH HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -76,12 +88,24 @@ async def _both(server: TestServer, template: bytes) -> tuple[bytes, bytes]:
     ],
     ids=["get", "head", "close", "http10", "http10-keep-alive"],
 )
+
+
+@TEMPLATES
 async def test_a_prepared_response_sends_the_bytes_aiohttp_would(
     server: TestServer, template: bytes
 ) -> None:
     fast, plain = await _both(server, template)
     assert fast == plain
     assert b"Content-Length: " in fast or b"HEAD" in template
+
+
+@TEMPLATES
+async def test_a_prepared_429_sends_the_bytes_aiohttp_would(
+    server: TestServer, template: bytes
+) -> None:
+    fast, plain = await _both(server, template, b"429")
+    assert fast == plain
+    assert re.match(rb"HTTP/1\.[01] 429 Too Many Requests\r\n", fast)
 
 
 async def test_the_cached_head_is_rebuilt_when_its_second_has_passed() -> None:

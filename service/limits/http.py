@@ -17,6 +17,7 @@ from ..api.csrf import cross_origin, state_changing
 from ..api.errors import UNAVAILABLE_RETRY_AFTER, ApiError
 from ..metrics import METRICS
 from ..web.headers import SecurityHeaders
+from ..web.representation import PreparedResponse, Variant
 from .client_ip import ClientNamer, IPNetwork
 from .keys import CLIENT, DECISIONS, DEGRADED, LIMITER, READ_ALONG
 from .limiter import (
@@ -83,13 +84,14 @@ class _RememberedDenials:
     """Whole 429 answers for clients that Redis already refused, one per second left.
 
     A single-policy denial's headers and body depend only on the whole seconds
-    left, so while a client floods, its answer is built once per second.
+    left, so while a client floods, its answer is built once per second, and
+    sent with a head serialized once (PreparedResponse), as public documents are.
     """
 
     def __init__(self, security: SecurityHeaders, max_entries: int = 10_000) -> None:
         self._security = security
-        # memo key -> (whole seconds left, body, headers) of the last answer built
-        self._answers: dict[MemoKey, tuple[int, bytes, dict[str, str]]] = {}
+        # memo key -> (whole seconds left, the answer) of the last answer built
+        self._answers: dict[MemoKey, tuple[int, Variant]] = {}
         self._max = max_entries
 
     def answer(
@@ -110,8 +112,9 @@ class _RememberedDenials:
                 **rate_headers([decision]),
                 **self._security.for_type("application/problem+json"),
             }
-            cached = self._answers[memo_key] = (seconds, body, headers)
-        return web.Response(status=429, body=cached[1], headers=cached[2])
+            answer = Variant(body=body, headers=headers, status=429)
+            cached = self._answers[memo_key] = (seconds, answer)
+        return PreparedResponse(cached[1])
 
 
 async def enforce(

@@ -6,6 +6,7 @@ import gzip
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from http import HTTPStatus
 
 from aiohttp import hdrs, web, web_response
 from aiohttp.abc import AbstractStreamWriter
@@ -30,8 +31,9 @@ class Variant:
 
     body: bytes
     headers: Mapping[str, str]
-    not_modified: Mapping[str, str]
-    # The 200's serialized head for the current Date: (date, bytes).
+    not_modified: Mapping[str, str] = field(default_factory=dict)
+    status: int = 200
+    # The serialized head for the current Date: (date, bytes).
     _head: list[tuple[str, bytes]] = field(
         default_factory=lambda: [("", b"")], compare=False, repr=False
     )
@@ -42,7 +44,7 @@ class Variant:
         return self.headers.get(hdrs.ETAG)
 
     def head(self) -> bytes:
-        """Return the 200's status line and headers, serialized once a second.
+        """Return the status line and headers, serialized once a second.
 
         The same bytes aiohttp writes for this body on a kept-alive HTTP/1.1 GET:
         our headers in order, then Content-Length, Date and Server, as its
@@ -60,16 +62,17 @@ class Variant:
         ]
         if any("\r" in line or "\n" in line for line in lines):
             raise ValueError("a prepared header holds a line break")
-        data = ("\r\n".join(["HTTP/1.1 200 OK", *lines]) + "\r\n\r\n").encode()
+        status = f"HTTP/1.1 {self.status} {HTTPStatus(self.status).phrase}"
+        data = ("\r\n".join([status, *lines]) + "\r\n\r\n").encode()
         self._head[0] = (date, data)
         return data
 
 
 class PreparedResponse(web.Response):
-    """Send a variant's 200 with a head serialized once a second, not per request.
+    """Send a variant with a head serialized once a second, not per request.
 
     aiohttp builds, checks and serializes every response's headers for each
-    request; a prepared representation's never change but for Date. On the
+    request; a prepared variant's never change but for Date. On the
     common path (a kept-alive HTTP/1.1 GET, no response-prepare signals) the
     writer gets the cached head; anything else takes aiohttp's own path.
     tests/test_representation.py holds the two paths to the same bytes.
@@ -78,7 +81,9 @@ class PreparedResponse(web.Response):
     __slots__ = ("_variant",)
 
     def __init__(self, variant: Variant) -> None:
-        super().__init__(body=variant.body, headers=variant.headers)
+        super().__init__(
+            status=variant.status, body=variant.body, headers=variant.headers
+        )
         self._variant = variant
 
     async def _start(self, request: web.BaseRequest) -> AbstractStreamWriter:
