@@ -25,6 +25,7 @@ from service.store.cancel_safe import CancelSafeConnection
 from service.store.connect import connect
 from service.store.deadline import PATIENCE, SETTLE_SECONDS, patiently, within
 from service.store.embedded import MailCatcher, RedisServer
+from service.store.wire import Wire
 
 from .chaos import HangingProxy
 from .conftest import Client, collector_paused
@@ -64,12 +65,12 @@ def _busy(seconds: float) -> None:
         pass
 
 
-def _stalling_after_write(stalls: list[float]) -> type[Connection]:
-    """Build a connection class that stalls the loop right after a request is out."""
+def _stalling_after_write(stalls: list[float]) -> type[Wire]:
+    """Build a limiter connection that stalls the loop right after a request is out."""
 
-    class StallAfterWrite(Connection):
-        async def _send_packed_command(self, command: Iterable[bytes]) -> None:
-            await super()._send_packed_command(command)
+    class StallAfterWrite(Wire):
+        def write_command(self, transport: asyncio.Transport, packed: bytes) -> None:
+            super().write_command(transport, packed)
             if stalls:
                 _busy(stalls.pop())  # Redis answers while the loop is busy
 
@@ -83,9 +84,10 @@ def test_a_reply_that_came_in_while_the_loop_was_busy_is_used(
     """The loop stalls past the deadline right after the pipeline is written."""
 
     async def main() -> None:
-        limiter = Limiter.from_url(redis_server.url)
         stalls: list[float] = []
-        limiter.redis.connection_pool.connection_class = _stalling_after_write(stalls)
+        limiter = Limiter.from_url(
+            redis_server.url, wire_class=_stalling_after_write(stalls)
+        )
         try:
             assert (await limiter.check("test:warm", [POLICY])).allowed
             for attempt in range(3):
@@ -98,6 +100,18 @@ def test_a_reply_that_came_in_while_the_loop_was_busy_is_used(
             await limiter.aclose()
 
     _run(factory, main())
+
+
+def _stalling_wire_before_write(stalls: list[float]) -> type[Wire]:
+    """Build a limiter connection that keeps the loop busy just before a write."""
+
+    class StallBeforeWrite(Wire):
+        def write_command(self, transport: asyncio.Transport, packed: bytes) -> None:
+            if stalls:
+                _busy(stalls.pop())  # the client's own work, before anything is out
+            super().write_command(transport, packed)
+
+    return StallBeforeWrite
 
 
 def _stalling_before_write(stalls: list[float]) -> type[Connection]:
@@ -132,9 +146,10 @@ def test_a_decision_written_late_counts_its_budget_from_the_write(
     async def main() -> None:
         proxy = HangingProxy(redis_server.port)
         await proxy.start()
-        limiter = Limiter.from_url(proxy.url)
         stalls: list[float] = []
-        limiter.redis.connection_pool.connection_class = _stalling_before_write(stalls)
+        limiter = Limiter.from_url(
+            proxy.url, wire_class=_stalling_wire_before_write(stalls)
+        )
         try:
             assert (await limiter.check("test:warm-write", [POLICY])).allowed
             proxy.delay = REPLY_DELAY  # connected, script loaded: one reply each

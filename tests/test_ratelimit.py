@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +13,6 @@ import pytest
 import redis as sync_redis
 from hypothesis import HealthCheck, given, settings, strategies as st
 from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.connection import AbstractConnection
 from redis.crc import key_slot
 from redis.exceptions import ResponseError
 
@@ -30,6 +29,7 @@ from service.limits.limiter import (
     bucket_key,
 )
 from service.store.embedded import RedisServer
+from service.store.wire import Wire
 
 from .conftest import collector_paused
 from .ports import free_port
@@ -303,16 +303,15 @@ async def test_a_dead_redis_fails_fast_and_opens_the_breaker(
     limiter = Limiter.from_url(f"redis://127.0.0.1:{free_port()}/0")
     limiter.breaker = Breaker(threshold=3, cooldown=60)
     policy = Policy("dead", 10, 60, 5)
-    pool = limiter.redis.connection_pool
     asked = 0
-    get_connection: Callable[[], Awaitable[AbstractConnection]] = pool.get_connection
+    call = Wire.call
 
-    async def counted() -> AbstractConnection:
+    async def counted(wire: Wire, *args: Any) -> Any:
         nonlocal asked
         asked += 1
-        return await get_connection()
+        return await call(wire, *args)
 
-    monkeypatch.setattr(pool, "get_connection", counted)
+    monkeypatch.setattr(Wire, "call", counted)
     try:
         for _ in range(3):
             with collector_paused():

@@ -1,0 +1,167 @@
+"""The limiter's own Redis connection: pipelined, ordered, and new after a failure."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import (
+    AuthenticationError,
+    ConnectionError as RedisConnectionError,
+    NoScriptError,
+    ResponseError,
+    TimeoutError as RedisTimeout,
+)
+
+from service.store.connect import connect
+from service.store.embedded import RedisServer
+from service.store.wire import Wire
+
+from .chaos import HangingProxy
+from .ports import free_port
+
+
+def _wire(url: str, *, timeout: float = 1.0) -> Wire:
+    client = connect(url, cluster=False, socket_timeout=timeout, connect_timeout=1)
+    wire = Wire.for_client(client)
+    assert wire is not None
+    return wire
+
+
+@pytest.fixture
+async def wire(redis_server: RedisServer) -> AsyncIterator[Wire]:
+    wire = _wire(redis_server.url)
+    yield wire
+    await wire.aclose()
+
+
+@pytest.fixture
+def own_redis() -> Iterator[RedisServer]:
+    with RedisServer(port=free_port()) as server:
+        yield server
+
+
+async def test_many_commands_in_flight_each_get_their_own_reply(wire: Wire) -> None:
+    """Replies come back in the order the commands went out, to their senders."""
+    words = [f"word-{n}".encode() for n in range(500)]
+    replies = await asyncio.gather(*(wire.call("ECHO", word) for word in words))
+    assert replies == words
+    assert isinstance(await wire.call("INCRBY", "test:wire:n", 0), int)
+
+
+async def test_error_replies_raise_what_redis_py_raises(
+    wire: Wire, redis: Redis
+) -> None:
+    """A missing script is NoScriptError (the limiter reloads on it); others are
+    ResponseError, inside an array too; the connection goes on."""
+    with pytest.raises(NoScriptError):
+        await wire.call("EVALSHA", "0" * 40, 0)
+    with pytest.raises(ResponseError, match="wrong number of arguments"):
+        await wire.call("GET")
+    reply = await wire.call("EVAL", "return {1, redis.error_reply('ERR inner'), 3}", 0)
+    assert reply[0] == 1
+    assert reply[2] == 3
+    assert isinstance(reply[1], ResponseError)
+    assert "inner" in str(reply[1])
+    assert await wire.call("PING") == b"PONG"
+
+
+async def test_it_authenticates_and_selects_its_database(
+    own_redis: RedisServer,
+) -> None:
+    """A password and a database in the URL are used as redis-py uses them."""
+    admin = Redis.from_url(own_redis.url)
+    await admin.config_set("requirepass", "s3cret")
+    try:
+        wire = _wire(f"redis://:s3cret@127.0.0.1:{own_redis.port}/3")
+        try:
+            await wire.call("SET", "test:wire:db", "three")
+        finally:
+            await wire.aclose()
+        third = Redis.from_url(f"redis://:s3cret@127.0.0.1:{own_redis.port}/3")
+        assert await third.get("test:wire:db") == b"three"
+        await third.aclose()
+        wrong = _wire(f"redis://:nope@127.0.0.1:{own_redis.port}/0")
+        with pytest.raises(AuthenticationError):
+            await wrong.call("PING")
+        await wrong.aclose()
+    finally:
+        reset = Redis.from_url(f"redis://:s3cret@127.0.0.1:{own_redis.port}/0")
+        await reset.config_set("requirepass", "")
+        await reset.aclose()
+        await admin.aclose()
+
+
+async def test_a_lost_server_fails_the_call_and_the_next_one_reconnects(
+    own_redis: RedisServer,
+) -> None:
+    """No command waits on a dead connection; a restarted server is used at once."""
+    wire = _wire(own_redis.url)
+    try:
+        assert await wire.call("PING") == b"PONG"
+        own_redis.stop()
+        with pytest.raises(RedisConnectionError):
+            await wire.call("PING")
+        own_redis.start()  # a new server: client ids start again
+        assert await wire.call("PING") == b"PONG"
+    finally:
+        await wire.aclose()
+
+
+async def test_a_dropped_connection_fails_its_waiting_commands_and_is_replaced(
+    redis_server: RedisServer,
+) -> None:
+    """What the limiter does when a decision's deadline passes on the connection."""
+    proxy = HangingProxy(redis_server.port)
+    await proxy.start()
+    wire = _wire(proxy.url)
+    try:
+        first = await wire.call("CLIENT", "ID")
+        proxy.hang = True  # every byte from now on is swallowed
+        waiting = asyncio.ensure_future(wire.call("PING"))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
+        wire.drop()
+        with pytest.raises(RedisTimeout):
+            await waiting
+        proxy.hang = False
+        assert await wire.call("CLIENT", "ID") != first
+    finally:
+        await wire.aclose()
+        await proxy.stop()
+
+
+async def test_a_connection_whose_oldest_command_is_overdue_is_replaced(
+    redis_server: RedisServer,
+) -> None:
+    """Past the socket timeout, the next command does not queue behind a hang."""
+    proxy = HangingProxy(redis_server.port)
+    await proxy.start()
+    wire = _wire(proxy.url, timeout=0.1)
+    try:
+        first = await wire.call("CLIENT", "ID")
+        proxy.hang = True
+        abandoned = asyncio.ensure_future(wire.call("PING"))
+        await asyncio.sleep(0.15)
+        proxy.hang = False
+        assert await wire.call("CLIENT", "ID") != first
+        with pytest.raises(RedisTimeout):
+            await abandoned
+    finally:
+        await wire.aclose()
+        await proxy.stop()
+
+
+def test_tls_and_cluster_clients_keep_redis_py() -> None:
+    """Only a plain TCP or Unix socket server gets a wire of its own."""
+    tls = connect("rediss://127.0.0.1:6380/0", cluster=False, socket_timeout=1,
+                  connect_timeout=1)  # fmt: skip
+    assert Wire.for_client(tls) is None
+    nodes = connect("redis+cluster://127.0.0.1:7000", cluster=True, socket_timeout=1,
+                    connect_timeout=1)  # fmt: skip
+    assert Wire.for_client(nodes) is None
+    unix = connect("unix:///tmp/redis.sock", cluster=False, socket_timeout=1,
+                   connect_timeout=1)  # fmt: skip
+    assert Wire.for_client(unix) is not None
