@@ -1,0 +1,95 @@
+"""CPU a Redis round trip costs the limiter: its own wire against redis-py's client.
+
+Starts a Redis-compatible server of its own and, in one process pinned to one
+core, sends the same command (`PING`, then the limiter's script run of one
+decision) one at a time through each client, then prints the CPU each round
+trip took and the ratio against redis-py's client as the limiter built it
+before it had a wire of its own (a blocking pool, cancel-safe connections, a
+1 s socket timeout). Run: `.venv/bin/python bench/wire.py [--rounds 20000]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import uvloop
+
+from service.limits.limiter import (
+    CLIENT_BACKSTOP_SECONDS,
+    GCRA_BATCH_SCRIPT,
+    POOL_SIZE,
+)
+from service.store.connect import connect
+from service.store.embedded import RedisServer
+from service.store.wire import Wire
+
+
+async def _cpu_per_call(call: Callable[[], Awaitable[Any]], rounds: int) -> float:
+    """Return µs of this process's CPU per awaited call, after a warm-up."""
+    for _ in range(rounds // 20):
+        await call()
+    started = time.process_time()
+    for _ in range(rounds):
+        await call()
+    return (time.process_time() - started) / rounds * 1e6
+
+
+async def _main(url: str, rounds: int) -> None:
+    pooled = connect(
+        url,
+        cluster=False,
+        socket_timeout=CLIENT_BACKSTOP_SECONDS,
+        connect_timeout=CLIENT_BACKSTOP_SECONDS,
+        retries=0,
+        pool_size=POOL_SIZE,
+        pool_wait=CLIENT_BACKSTOP_SECONDS,
+    )
+    wire = Wire.for_client(pooled)
+    assert wire is not None
+    sha = await pooled.script_load(GCRA_BATCH_SCRIPT)
+    # One decision of one policy, as the limiter's batch sends it (1 call, 0 reads).
+    script = ("EVALSHA", sha, 1, "bench:wire:{ip4:10.0.0.1}:p", "", 1, 0, 1, 9, 1, 1)
+    rows: list[tuple[str, tuple[Any, ...]]] = [
+        ("PING", ("PING",)),
+        ("the limiter's script run (one decision)", script),
+    ]
+    print(f"one command at a time, {rounds} rounds; µs of CPU a round trip")
+    for label, command in rows:
+
+        def by_wire(c: tuple[Any, ...] = command) -> Awaitable[Any]:
+            return wire.call(*c)
+
+        def by_redis_py(c: tuple[Any, ...] = command) -> Awaitable[Any]:
+            return pooled.execute_command(*c)  # type: ignore[no-untyped-call]
+
+        ours = await _cpu_per_call(by_wire, rounds)
+        theirs = await _cpu_per_call(by_redis_py, rounds)
+        print(
+            f"{label:42} wire {ours:6.1f}  redis-py {theirs:6.1f}  "
+            f"ratio {theirs / ours:5.2f}x"
+        )
+    await wire.aclose()
+    await pooled.aclose()
+
+
+def main() -> None:
+    """Parse arguments, start Redis, run the rounds on one core."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rounds", type=int, default=20_000)
+    args = parser.parse_args()
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {0})
+    with (
+        RedisServer() as server,
+        asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner,
+    ):
+        runner.run(_main(server.url, args.rounds))
+
+
+if __name__ == "__main__":
+    main()
