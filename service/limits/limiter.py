@@ -188,11 +188,17 @@ class LocalBuckets:
         self._tats: OrderedDict[str, int] = OrderedDict()
         self._max = max_subjects
 
-    def observe(self, subject: str, decision: Decision) -> None:
-        """Copy Redis's view of a subject's buckets (µs until full) into memory."""
+    def observe(
+        self, subject: str, decision: Decision, keys: Sequence[str] = ()
+    ) -> None:
+        """Copy Redis's view of a subject's buckets (µs until full) into memory.
+
+        `keys`, the buckets' keys in the decision's order, if the caller has them.
+        """
         now, tats = time.monotonic_ns() // 1000, self._tats
-        for state in decision.states:
-            key = bucket_key(subject, state.policy)
+        if not keys:
+            keys = [bucket_key(subject, state.policy) for state in decision.states]
+        for key, state in zip(keys, decision.states, strict=True):
             tats[key] = now + state.reset_us
             tats.move_to_end(key)
         if len(tats) > self._max:
@@ -292,6 +298,7 @@ class _Batcher:
         # (wire.py): a sixth of redis-py's CPU a round trip.
         self._wire = wire
         self._queue: list[_Call] = []
+        self._loop: asyncio.AbstractEventLoop | None = None  # of the queued calls
         self._running: set[asyncio.Task[None]] = set()
 
     def submit(
@@ -299,10 +306,13 @@ class _Batcher:
     ) -> asyncio.Future[tuple[Any, bytes | None]]:
         """Queue one decision (gcra.lua's keys and arguments); its reply and the
         read-along value arrive together."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[tuple[Any, bytes | None]] = loop.create_future()
-        if not self._queue:
+        # A call queued behind another is in the same turn of the same loop:
+        # Python 3.11's get_running_loop makes a getpid system call, once a turn.
+        loop = self._loop
+        if not self._queue or loop is None:
+            loop = self._loop = asyncio.get_running_loop()
             loop.call_soon(self._flush)
+        future: asyncio.Future[tuple[Any, bytes | None]] = loop.create_future()
         self._queue.append((keys, args, read_along, future))
         return future
 
@@ -514,10 +524,16 @@ class Limiter:
             memo_key = (subject, tuple(p.name for p in policies))
             if (memo := self.remembered(memo_key)) is not None:
                 return shifted(*memo), None
-        keys = [bucket_key(subject, p) for p in policies]
-        args: list[int | str] = ["" if now_us is None else now_us]
-        for policy in policies:
-            args += [policy.burst, policy.interval_us, cost]
+        now_arg: int | str = "" if now_us is None else now_us
+        if len(policies) == 1:  # most routes: no comprehension, no loop
+            policy = policies[0]
+            keys = [bucket_key(subject, policy)]
+            args = [now_arg, policy.burst, policy.interval_us, cost]
+        else:
+            keys = [bucket_key(subject, p) for p in policies]
+            args = [now_arg]
+            for policy in policies:
+                args += [policy.burst, policy.interval_us, cost]
         if not self.breaker.allow():
             raise LimiterUnavailable
         try:
@@ -528,7 +544,7 @@ class Limiter:
         self.breaker.record(True)
         decision = _decision(policies, reply)
         if now_us is None:
-            self.local.observe(subject, decision)
+            self.local.observe(subject, decision, keys)
         if not decision.allowed and now_us is None and len(policies) == 1:
             # A denied GCRA bucket cannot refill before its retry time, and a
             # denial writes nothing, so repeating it locally until then is exact.
