@@ -19,14 +19,8 @@ from typing import Any
 
 import uvloop
 
-from service.limits.limiter import (
-    CLIENT_BACKSTOP_SECONDS,
-    GCRA_BATCH_SCRIPT,
-    POOL_SIZE,
-)
-from service.store.connect import connect
+from service.limits.limiter import GCRA_BATCH_SCRIPT, Limiter
 from service.store.embedded import RedisServer
-from service.store.wire import Wire
 
 
 async def _cpu_per_call(call: Callable[[], Awaitable[Any]], rounds: int) -> float:
@@ -40,16 +34,9 @@ async def _cpu_per_call(call: Callable[[], Awaitable[Any]], rounds: int) -> floa
 
 
 async def _main(url: str, rounds: int) -> None:
-    pooled = connect(
-        url,
-        cluster=False,
-        socket_timeout=CLIENT_BACKSTOP_SECONDS,
-        connect_timeout=CLIENT_BACKSTOP_SECONDS,
-        retries=0,
-        pool_size=POOL_SIZE,
-        pool_wait=CLIENT_BACKSTOP_SECONDS,
-    )
-    wire = Wire.for_client(pooled)
+    # The limiter's own two clients: redis-py's pool as it builds it, and its wire.
+    limiter = Limiter.from_url(url)
+    pooled, wire = limiter.redis, limiter.wire
     assert wire is not None
     sha = await pooled.script_load(GCRA_BATCH_SCRIPT)
     # One decision of one policy, as the limiter's batch sends it (1 call, 0 reads).
@@ -73,8 +60,7 @@ async def _main(url: str, rounds: int) -> None:
             f"{label:42} wire {ours:6.1f}  redis-py {theirs:6.1f}  "
             f"ratio {theirs / ours:5.2f}x"
         )
-    await wire.aclose()
-    await pooled.aclose()
+    await limiter.aclose()
 
 
 def main() -> None:

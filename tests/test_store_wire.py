@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -28,6 +29,21 @@ def _wire(url: str, *, timeout: float = 1.0) -> Wire:
     wire = Wire.for_client(client)
     assert wire is not None
     return wire
+
+
+@contextlib.asynccontextmanager
+async def _through_proxy(
+    redis_server: RedisServer, *, socket_timeout: float = 1.0
+) -> AsyncIterator[tuple[HangingProxy, Wire]]:
+    """A wire to the server through a proxy that can swallow every byte."""
+    proxy = HangingProxy(redis_server.port)
+    await proxy.start()
+    wire = _wire(proxy.url, timeout=socket_timeout)
+    try:
+        yield proxy, wire
+    finally:
+        await wire.aclose()
+        await proxy.stop()
 
 
 @pytest.fixture
@@ -114,10 +130,7 @@ async def test_a_dropped_connection_fails_its_waiting_commands_and_is_replaced(
     redis_server: RedisServer,
 ) -> None:
     """What the limiter does when a decision's deadline passes on the connection."""
-    proxy = HangingProxy(redis_server.port)
-    await proxy.start()
-    wire = _wire(proxy.url)
-    try:
+    async with _through_proxy(redis_server) as (proxy, wire):
         first = await wire.call("CLIENT", "ID")
         proxy.hang = True  # every byte from now on is swallowed
         waiting = asyncio.ensure_future(wire.call("PING"))
@@ -128,19 +141,13 @@ async def test_a_dropped_connection_fails_its_waiting_commands_and_is_replaced(
             await waiting
         proxy.hang = False
         assert await wire.call("CLIENT", "ID") != first
-    finally:
-        await wire.aclose()
-        await proxy.stop()
 
 
 async def test_a_connection_whose_oldest_command_is_overdue_is_replaced(
     redis_server: RedisServer,
 ) -> None:
     """Past the socket timeout, the next command does not queue behind a hang."""
-    proxy = HangingProxy(redis_server.port)
-    await proxy.start()
-    wire = _wire(proxy.url, timeout=0.1)
-    try:
+    async with _through_proxy(redis_server, socket_timeout=0.1) as (proxy, wire):
         first = await wire.call("CLIENT", "ID")
         proxy.hang = True
         abandoned = asyncio.ensure_future(wire.call("PING"))
@@ -149,9 +156,6 @@ async def test_a_connection_whose_oldest_command_is_overdue_is_replaced(
         assert await wire.call("CLIENT", "ID") != first
         with pytest.raises(RedisTimeout):
             await abandoned
-    finally:
-        await wire.aclose()
-        await proxy.stop()
 
 
 def test_tls_and_cluster_clients_keep_redis_py() -> None:
