@@ -1,4 +1,4 @@
-"""The limiter's own Redis connection: pipelined, ordered, and new after a failure."""
+"""The wire beside a store client's pool: pipelined, ordered, new after a failure."""
 
 from __future__ import annotations
 
@@ -17,11 +17,16 @@ from redis.exceptions import (
 )
 
 from service.store.connect import connect
+from service.store.durable import DurableScripts
 from service.store.embedded import RedisServer
-from service.store.wire import Wire
+from service.store.wire import Wire, wire_of
 
 from .chaos import HangingProxy
 from .ports import free_port
+
+
+def _client(url: str) -> Redis:
+    return connect(url, cluster=False, socket_timeout=1, connect_timeout=1)
 
 
 def _wire(url: str, *, timeout: float = 1.0) -> Wire:
@@ -169,3 +174,74 @@ def test_tls_and_cluster_clients_keep_redis_py() -> None:
     unix = connect("unix:///tmp/redis.sock", cluster=False, socket_timeout=1,
                    connect_timeout=1)  # fmt: skip
     assert Wire.for_client(unix) is not None
+
+
+async def test_a_client_connect_makes_has_a_wire_closed_with_it(
+    redis_server: RedisServer, redis: Redis
+) -> None:
+    """Money scripts go out on it; closing the client closes it; a bare client
+    has none (its scripts keep redis-py)."""
+    client = _client(redis_server.url)
+    wire = wire_of(client)
+    assert wire is not None
+    bare = Redis.from_url(redis_server.url)
+    assert wire_of(bare) is None  # no wire beside a pool connect did not make
+    await bare.aclose()
+    incr = client.register_script("return redis.call('INCR', KEYS[1])")
+    before = await DurableScripts(client).run(incr, ["test:wire:money"], [])
+    clients = int((await redis.info("clients"))["connected_clients"])
+    await client.aclose()
+    for _ in range(50):
+        now = int((await redis.info("clients"))["connected_clients"])
+        if now < clients:
+            break
+        await asyncio.sleep(0.01)
+    assert now < clients
+    assert int(await redis.get("test:wire:money") or 0) == before
+
+
+async def test_a_script_is_loaded_again_after_a_flush(
+    redis_server: RedisServer, redis: Redis
+) -> None:
+    """EVALSHA's NOSCRIPT after SCRIPT FLUSH loads the script and runs it once."""
+    client = _client(redis_server.url)
+    try:
+        incr = client.register_script("return redis.call('INCR', KEYS[1])")
+        durable = DurableScripts(client)
+        first = await durable.run(incr, ["test:wire:flush"], [])
+        await redis.script_flush()
+        assert await durable.run(incr, ["test:wire:flush"], []) == first + 1
+    finally:
+        await client.aclose()
+
+
+async def test_a_swallowed_script_times_out_and_is_retried_as_the_client_retries(
+    redis_server: RedisServer, redis: Redis
+) -> None:
+    """The socket timeout drops the connection; the client's one retry goes out on
+    a new one; with no retry the caller gets the timeout."""
+    proxy = HangingProxy(redis_server.port)
+    await proxy.start()
+    retried = connect(proxy.url, cluster=False, socket_timeout=0.1, connect_timeout=1)
+    once = connect(
+        proxy.url, cluster=False, socket_timeout=0.1, connect_timeout=1, retries=0
+    )
+    try:
+        key = "test:wire:retried"
+        incr = retried.register_script("return redis.call('INCR', KEYS[1])")
+        await DurableScripts(retried).run(incr, [key], [])
+        await DurableScripts(once).run(incr, [key], [])
+        proxy.hang = True  # the next command is swallowed on its way
+        running = asyncio.ensure_future(DurableScripts(retried).run(incr, [key], []))
+        await asyncio.sleep(0.05)
+        proxy.hang = False
+        assert await running == 3  # the swallowed one never ran; its retry did
+        proxy.hang = True
+        with pytest.raises(RedisTimeout):
+            await DurableScripts(once).run(incr, [key], [])
+        proxy.hang = False
+        assert int(await redis.get(key) or 0) == 3
+    finally:
+        await retried.aclose()
+        await once.aclose()
+        await proxy.stop()

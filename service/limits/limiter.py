@@ -25,7 +25,7 @@ from redis.exceptions import (
 
 from ..store.connect import connect, is_cluster
 from ..store.deadline import PATIENCE, Deadline, counted_from_send, within
-from ..store.wire import Wire
+from ..store.wire import Wire, wire_of
 
 _LUA: Final = Path(__file__).parent / "lua"
 GCRA_SCRIPT: Final = (_LUA / "gcra.lua").read_text()
@@ -448,15 +448,15 @@ class Limiter:
     redis: Redis
     breaker: Breaker = field(default_factory=Breaker)
     local: LocalBuckets = field(default_factory=LocalBuckets)
-    # The decisions' own connection (wire.py), made for `redis` if not given;
-    # None where there is none (TLS, a cluster): they go through redis-py.
+    # The decisions' connection (wire.py): the one beside `redis`'s pool if not
+    # given; None where there is none (TLS, a cluster): they go through redis-py.
     wire: Wire | None = None
     # (subject, policy names) -> (monotonic time of the denial, the denial)
     _denials: dict[MemoKey, tuple[float, Decision]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.wire is None:
-            self.wire = Wire.for_client(self.redis)
+            self.wire = wire_of(self.redis)
         self._batcher = _Batcher(
             self.redis, GCRA_BATCH_SCRIPT, DECISION_BUDGET_SECONDS, self.wire
         )
@@ -491,7 +491,8 @@ class Limiter:
             pool_size=POOL_SIZE,
             pool_wait=CLIENT_BACKSTOP_SECONDS,
         )
-        return cls(redis, wire=wire_class.for_client(redis))
+        wire = wire_of(redis) if wire_class is Wire else wire_class.for_client(redis)
+        return cls(redis, wire=wire)
 
     async def check(
         self,

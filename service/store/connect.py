@@ -7,7 +7,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any, Final, cast
 
-from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis
+from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.connection import Connection, SSLConnection, parse_url
 from redis.asyncio.retry import Retry
@@ -15,6 +15,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisClusterException, RedisError
 
 from .cancel_safe import cancel_safe_class, make_cluster_cancel_safe
+from .wire import WiredBlockingPool, WiredPool
 
 # URL schemes that name one node of a Redis Cluster (redis_url).
 CLUSTER_SCHEMES: Final = ("redis+cluster://", "rediss+cluster://")
@@ -107,11 +108,9 @@ def connect(
     }
     pool: ConnectionPool
     if pool_size is not None:
-        pool = BlockingConnectionPool(
-            max_connections=pool_size, timeout=pool_wait, **common
-        )
+        pool = WiredBlockingPool(max_connections=pool_size, timeout=pool_wait, **common)
     else:
-        pool = ConnectionPool(max_connections=SERVER_CONNECTIONS, **common)
+        pool = WiredPool(max_connections=SERVER_CONNECTIONS, **common)
     client = Redis(connection_pool=pool, retry=Retry(NoBackoff(), retries))
     client.auto_close_connection_pool = True  # aclose closes the pool, as from_url
     return client

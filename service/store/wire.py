@@ -19,12 +19,19 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, cast
 
 import hiredis
 from redis.asyncio import Redis
-from redis.asyncio.connection import SSLConnection, UnixDomainSocketConnection
+from redis.asyncio.connection import (
+    BlockingConnectionPool,
+    ConnectionPool,
+    SSLConnection,
+    UnixDomainSocketConnection,
+)
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import (
     AuthenticationError,
     ConnectionError as RedisConnectionError,
@@ -33,11 +40,14 @@ from redis.exceptions import (
     TimeoutError as RedisTimeout,
 )
 
-from .connect import is_cluster
 from .deadline import patiently, request_sent
 
 # A connect with no timeout configured still gives up after this long.
 DEFAULT_CONNECT_SECONDS: Final = 5.0
+
+
+async def _ignore(error: Exception) -> None:
+    """What a retry does before it tries again: nothing (a new connection)."""
 
 
 def _reply_error(message: str) -> ResponseError:
@@ -104,21 +114,53 @@ class Wire:
         self._connect_timeout = float(
             options.get("socket_connect_timeout") or DEFAULT_CONNECT_SECONDS
         )
+        self._retry: Retry = options.get("retry") or Retry(NoBackoff(), 0)
         self._replies: _Replies | None = None
         self._opening = asyncio.Lock()
 
     @classmethod
     def for_client(cls, redis: Redis) -> Wire | None:
         """Reach a redis-py client's server; None where it cannot (TLS, Cluster)."""
-        if is_cluster(redis):
+        pool = _pool(redis)
+        if pool is None:
             return None
-        options = redis.connection_pool.connection_kwargs
-        kind = redis.connection_pool.connection_class
+        return cls.for_pool(pool.connection_class, pool.connection_kwargs)
+
+    @classmethod
+    def for_pool(cls, kind: type[Any], options: Mapping[str, Any]) -> Wire | None:
+        """Reach the server a pool's connections reach; None over TLS."""
         if issubclass(kind, SSLConnection):
             return None
         if issubclass(kind, UnixDomainSocketConnection) and not options.get("path"):
             return None
         return cls(options)
+
+    async def run_script(
+        self, sha: str, source: Any, keys: Sequence[str], args: Sequence[Any]
+    ) -> Any:
+        """Run a Lua script as a store's client would: EVALSHA, loading it once
+        more after a SCRIPT FLUSH, within the socket timeout, retried as the
+        client retries (a timeout drops the connection first)."""
+
+        async def once() -> Any:
+            command = ("EVALSHA", sha, len(keys), *keys, *args)
+            try:
+                return await self._timed(command)
+            except NoScriptError:
+                await self._timed(("SCRIPT", "LOAD", source))
+                return await self._timed(command)
+
+        return await self._retry.call_with_retry(once, _ignore)
+
+    async def _timed(self, command: tuple[Any, ...]) -> Any:
+        if self._timeout is None:
+            return await self.call(*command)
+        try:
+            with patiently(self._timeout):
+                return await self.call(*command)
+        except TimeoutError:
+            self.drop()  # its reply is late, and every later one behind it
+            raise RedisTimeout("Timeout reading from Redis") from None
 
     async def call(self, *args: Any) -> Any:
         """Send one command and return its reply; an error reply is raised."""
@@ -223,3 +265,37 @@ class Wire:
         if self._replies is not None and self._replies.transport is not None:
             self._replies.transport.close()
         self._replies = None
+
+
+class WiredPool(ConnectionPool):
+    """redis-py's pool with one wire to the same server beside it, closed with it.
+
+    A client `connect` makes has one: its money scripts (store/durable.py) and
+    the limiter's decisions go out on it, every other command through the pool.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.wire = Wire.for_pool(self.connection_class, self.connection_kwargs)
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        """Close the pool's connections and the wire's."""
+        await super().disconnect(inuse_connections)
+        if self.wire is not None:
+            await self.wire.aclose()
+
+
+class WiredBlockingPool(WiredPool, BlockingConnectionPool):
+    """The same, for a pool that makes callers wait for a free connection."""
+
+
+def wire_of(redis: Redis) -> Wire | None:
+    """Return the wire beside a client's pool, or None (TLS, Cluster, a bare client)."""
+    pool = _pool(redis)
+    return pool.wire if isinstance(pool, WiredPool) else None
+
+
+def _pool(redis: Redis) -> ConnectionPool | None:
+    """A single server's pool; a cluster client (typed as Redis here) has none."""
+    pool = getattr(redis, "connection_pool", None)
+    return pool if isinstance(pool, ConnectionPool) else None
