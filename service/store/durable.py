@@ -12,7 +12,7 @@ from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, RedisError
 
 from .connect import is_cluster
-from .wire import wire_of
+from .wire import run_script, wire_of
 
 _LOGGER: Final = logging.getLogger(__name__)
 # How long one script waits for its replicas before it is refused.
@@ -55,11 +55,7 @@ class DurableScripts:
     ) -> Any:
         """Run `script` like `script(keys=..., args=...)`, durably when asked."""
         if self.replicas <= 0:
-            if self._wire is not None:
-                return await self._wire.run_script(
-                    script.sha, script.script, keys, args
-                )
-            return await script(keys=keys, args=args)
+            return await run_script(self._wire, script, keys, args)
         reply, acked = await self._run_and_wait(script, keys, args)
         if isinstance(reply, NoScriptError):
             await self._redis.script_load(script.script)

@@ -32,6 +32,7 @@ from redis.asyncio.connection import (
 )
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.commands.core import AsyncScript
 from redis.exceptions import (
     AuthenticationError,
     ConnectionError as RedisConnectionError,
@@ -287,6 +288,15 @@ class WiredPool(ConnectionPool):
 
 class WiredBlockingPool(WiredPool, BlockingConnectionPool):
     """The same, for a pool that makes callers wait for a free connection."""
+
+
+async def run_script(
+    wire: Wire | None, script: AsyncScript, keys: Sequence[str], args: Sequence[Any]
+) -> Any:
+    """Run a registered script on a wire if there is one, else through redis-py."""
+    if wire is None:
+        return await script(keys=keys, args=args)
+    return await wire.run_script(script.sha, script.script, keys, args)
 
 
 def wire_of(redis: Redis) -> Wire | None:

@@ -45,6 +45,7 @@ from redis.crc import key_slot
 from redis.exceptions import ResponseError
 
 from ..store.connect import is_cluster
+from ..store.wire import run_script, wire_of
 from .ledger import pairs, text
 
 SHARDS: Final = 16
@@ -183,6 +184,7 @@ class JobQueue:
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
         self._script = redis.register_script(_SCRIPT)
+        self._wire = wire_of(redis)  # the script's runs go out on it (wire.py)
         self._next = 0  # the shard a read starts at, rotating for fairness
         self._cluster = is_cluster(redis)
 
@@ -200,7 +202,9 @@ class JobQueue:
     async def finish(self, gid: str, ref: str) -> None:
         """Acknowledge and delete a job that needs no more running."""
         shard, entry = _split(ref)
-        await self._script(keys=[prefix(shard)], args=["finish", gid, entry])
+        await run_script(
+            self._wire, self._script, [prefix(shard)], ["finish", gid, entry]
+        )
 
     async def job(self, ref: str, gid: str) -> dict[str, str]:
         """Read a job's record (empty if it is finished)."""
@@ -214,7 +218,9 @@ class JobQueue:
         Empty if the job is finished: nothing is counted, nothing made again.
         """
         shard, _ = _split(ref)
-        reply = await self._script(keys=[prefix(shard)], args=["take", gid])
+        reply = await run_script(
+            self._wire, self._script, [prefix(shard)], ["take", gid]
+        )
         return pairs(reply)
 
     async def read(self, consumer: str, count: int) -> Batch:
@@ -234,9 +240,11 @@ class JobQueue:
             found = await self._each(consumer, planned)
             waiting = bool(planned)
         else:
-            reply = await self._script(
-                keys=[prefix(shard) for shard in range(SHARDS)],
-                args=["read", consumer, count],
+            reply = await run_script(
+                self._wire,
+                self._script,
+                [prefix(shard) for shard in range(SHARDS)],
+                ["read", consumer, count],
             )
             found = [
                 (_ref(int(reply[i]), text(reply[i + 1])), text(reply[i + 2]))
