@@ -56,6 +56,7 @@ from redis.asyncio import Redis
 
 from service.store.embedded import MailCatcher, RedisServer, free_port
 from service.studio.queue import JobQueue
+from service.worker_command import worker_redis
 
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
@@ -391,7 +392,8 @@ def drain_queue_only(redis_url: str) -> None:
         await queue.finish(gid, entry)
 
     async def run() -> None:
-        queue = JobQueue(Redis.from_url(redis_url))
+        # Connected as `worker` connects: its scripts go out on the wire.
+        queue = JobQueue(worker_redis(redis_url, cluster=False))
         await queue.ensure_group()
         while True:
             batch = await queue.read("queue-only", 8)

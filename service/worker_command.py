@@ -12,6 +12,8 @@ import logging
 import signal
 from typing import Final
 
+from redis.asyncio import Redis
+
 from .account.deletion import DeletionStore
 from .account.exports import ExportJobs
 from .account.purger import Purger
@@ -29,15 +31,17 @@ from .studio.worker import Worker
 _LOGGER: Final = logging.getLogger("service")
 
 
+def worker_redis(url: str, *, cluster: bool) -> Redis:
+    """Connect as a worker does: patient reads (a job's settlement can wait out a
+    failover), three retries."""
+    return connect(
+        url, cluster=cluster, connect_timeout=1.0, socket_timeout=5.0, retries=3
+    )
+
+
 async def _work(settings: Settings, content: Content) -> None:
     media = await opened_media_store(settings.workbench)  # first: it may refuse
-    redis = connect(
-        settings.redis_url,
-        cluster=settings.redis_cluster,
-        connect_timeout=1.0,
-        socket_timeout=5.0,
-        retries=3,
-    )
+    redis = worker_redis(settings.redis_url, cluster=settings.redis_cluster)
     upstreams = Upstreams(settings.workbench)
     workbench = settings.workbench
     worker = Worker(
