@@ -1,18 +1,21 @@
-"""One pipelined Redis connection for a hot path's single command per round trip.
+"""One pipelined Redis connection beside a client's pool, for the hot scripts.
 
 A command through redis-py's asyncio client costs about 60 µs of CPU here: a
 connection taken from the pool and given back, a task and a timer for the
 write (`asyncio.wait_for`), a deadline for the read, a stream reader. The
 same command written on an asyncio protocol whose replies hiredis parses as
-they arrive costs about 11. The limiter makes one such round trip per
-event-loop turn of /api requests, so it uses this where it can: a single
-server over TCP or a Unix socket. TLS and Redis Cluster keep redis-py.
+they arrive costs about 11. So every client `connect` makes for a single
+server over TCP or a Unix socket keeps one (`WiredPool`): the limiter's
+decisions, the money scripts (durable.py) and the job queue's scripts go out
+on it; everything else, and TLS and Redis Cluster, keep redis-py.
 
 Commands go out in order on one connection and their replies come back in
 the same order, so any number may be in flight. A connection that breaks
 fails every command on it; one whose oldest command has waited longer than
 the socket timeout (a hung server) is dropped when the next command comes;
-the next command opens a new one. Callers keep their own deadlines.
+the next command opens a new one. `call` leaves deadlines to its caller (the
+limiter keeps its own); `run_script` keeps the client's socket timeout and
+retries.
 """
 
 from __future__ import annotations
