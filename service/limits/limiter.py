@@ -319,9 +319,53 @@ class _Batcher:
     def _flush(self) -> None:
         while self._queue:
             batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
-            task = asyncio.ensure_future(self._run(batch))
-            self._running.add(task)
-            task.add_done_callback(self._running.discard)
+            if not self._send_now(batch):
+                self._start(batch)
+
+    def _start(self, batch: list[_Call]) -> None:
+        """Decide a batch in a task of its own: it may connect, load the script,
+        or send more than one command."""
+        task = asyncio.ensure_future(self._run(batch))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    def _send_now(self, batch: list[_Call]) -> bool:
+        """Write a batch's one script run now, on a wire already open: no task.
+
+        This is the common turn (one server, the script loaded, the connection
+        up): a task, its coroutines and a restarted deadline cost a limited
+        request about 7 µs of CPU here. Its deadline counts from the write.
+        """
+        clock = batch[0][1][0]
+        if self._wire is None or any(args[0] != clock for _, args, _, _ in batch):
+            return False  # no wire, or test clocks that need runs of their own
+        reads = sorted({key for _, _, key, _ in batch if key})
+        if (reply := self._wire.send(*self._evalsha(batch, reads))) is None:
+            return False
+        futures = [future for *_, future in batch]
+        deadline = Deadline(self._budget, partial(self._expire, futures))
+        reply.add_done_callback(partial(self._answered, batch, reads, deadline))
+        return True
+
+    def _answered(
+        self,
+        batch: list[_Call],
+        reads: list[str],
+        deadline: Deadline,
+        reply: asyncio.Future[Any],
+    ) -> None:
+        """Hand out a batch's replies as they came on the wire."""
+        deadline.cancel()
+        if reply.cancelled():  # the wire closed under it
+            error: BaseException | None = ConnectionError("the wire closed")
+        else:
+            error = reply.exception()
+        if isinstance(error, NoScriptError):
+            self._start(batch)  # the task loads the script and sends again
+        elif error is not None:
+            self._deliver([batch], [error], {})
+        else:
+            self._deliver([batch], *_split(reply.result(), len(batch), reads))
 
     def _scripts(self, batch: list[_Call]) -> list[list[_Call]]:
         """Split a turn's calls into script runs: one per slot and injected clock."""
@@ -354,6 +398,12 @@ class _Batcher:
             replies, values = [err] * len(runs), {}
         finally:
             deadline.cancel()
+        self._deliver(runs, replies, values)
+
+    def _deliver(
+        self, runs: list[list[_Call]], replies: list[Any], values: dict[str, Any]
+    ) -> None:
+        """Give each caller still waiting its reply (or its run's error)."""
         # A value Redis could not read is given as None, like a missing one.
         read = {k: None if isinstance(v, Exception) else v for k, v in values.items()}
         for run, run_reply in zip(runs, replies, strict=True):
@@ -403,11 +453,10 @@ class _Batcher:
                 zip(reads, replies[len(runs) :], strict=True)
             )
         first = replies[0]
-        if isinstance(first, Exception) or not reads:
+        if isinstance(first, Exception):
             return replies, {}
-        calls = len(runs[0])
-        replies[0] = first[:calls]
-        return replies, dict(zip(reads, first[calls:], strict=True))
+        ([replies[0]], values) = _split(first, len(runs[0]), reads)
+        return replies, values
 
     def _expire(self, futures: list[asyncio.Future[Any]]) -> None:
         """Fail a batch's callers still waiting; leave a connection that is late."""
@@ -576,6 +625,15 @@ class Limiter:
             await self.redis.aclose()  # the cluster client owns its pools
         else:
             await self.redis.aclose(close_connection_pool=True)
+
+
+def _split(
+    reply: list[Any], calls: int, reads: list[str]
+) -> tuple[list[Any], dict[str, Any]]:
+    """Split a batch script's reply into its run's replies and the values read."""
+    if not reads:
+        return [reply], {}
+    return [reply[:calls]], dict(zip(reads, reply[calls:], strict=True))
 
 
 def _decision(policies: Sequence[Policy], reply: Sequence[int]) -> Decision:

@@ -168,18 +168,31 @@ class Wire:
 
     async def call(self, *args: Any) -> Any:
         """Send one command and return its reply; an error reply is raised."""
+        if (future := self.send(*args)) is None:
+            await self._open()
+            future = self.send(*args)
+            assert future is not None  # a connection just opened is current
+        request_sent()  # a deadline over this call counts Redis's time from here
+        return await future
+
+    def send(self, *args: Any) -> asyncio.Future[Any] | None:
+        """Write one command now, on a connection already open and current.
+
+        Return the future of its reply (an error reply is its exception), or
+        None, with nothing written, where a connection must be opened first.
+        """
         replies = self._replies
+        if replies is None or replies.lost:
+            return None
         loop = asyncio.get_running_loop()
         now = loop.time()
-        if replies is None or replies.lost or self._hung(replies, now):
-            replies = await self._open()
-            now = loop.time()
+        if self._hung(replies, now):
+            return None
         future: asyncio.Future[Any] = loop.create_future()
         replies.waiting.append((now, future))
         assert replies.transport is not None
         self.write_command(replies.transport, hiredis.pack_command(args))
-        request_sent()  # a deadline over this call counts Redis's time from here
-        return await future
+        return future
 
     def write_command(self, transport: asyncio.Transport, packed: bytes) -> None:
         """Put one packed command on the wire: the one place a command goes out."""
