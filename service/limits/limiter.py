@@ -339,7 +339,7 @@ class _Batcher:
         clock = batch[0][1][0]
         if self._wire is None or any(args[0] != clock for _, args, _, _ in batch):
             return False  # no wire, or test clocks that need runs of their own
-        reads = sorted({key for _, _, key, _ in batch if key})
+        reads = _reads(batch)
         if (reply := self._wire.send(*self._evalsha(batch, reads))) is None:
             return False
         futures = [future for *_, future in batch]
@@ -384,7 +384,7 @@ class _Batcher:
         futures = [future for *_, future in batch]
         deadline = Deadline(self._budget, partial(self._expire, futures))
         runs = self._scripts(batch)
-        reads = sorted({key for _, _, key, _ in batch if key})
+        reads = _reads(batch)
         try:
             with counted_from_send(deadline):  # from the write, as `within`
                 replies, values = await self._send(runs, reads)
@@ -625,6 +625,11 @@ class Limiter:
             await self.redis.aclose()  # the cluster client owns its pools
         else:
             await self.redis.aclose(close_connection_pool=True)
+
+
+def _reads(batch: list[_Call]) -> list[str]:
+    """The keys a batch reads along, each once, in a fixed order."""
+    return sorted({key for _, _, key, _ in batch if key})
 
 
 def _split(

@@ -196,6 +196,14 @@ class SquareStore:
     async def _run(self, *args: str | int) -> Any:
         return await self._script(keys=[PREFIX], args=list(args))
 
+    def _fresh(self, key: object, version: int | None) -> tuple[object] | None:
+        """A copy still fresh at the version the limiter read along (usually one
+        is), without a coroutine; None to ask `_cached`."""
+        if version is None:
+            return None
+        hit, value = self._cache.get(key, FRESH_SECONDS, version)
+        return (value,) if hit else None
+
     async def _cached(
         self,
         key: object,
@@ -280,10 +288,8 @@ class SquareStore:
     ) -> bytes | None:
         """Return a published work as the JSON the API answers with."""
         key = ("work", work_id)
-        if version is not None:  # read along by the limiter: usually a fresh hit
-            hit, value = self._cache.get(key, FRESH_SECONDS, version)
-            if hit:
-                return cast(bytes | None, value)
+        if (fresh := self._fresh(key, version)) is not None:
+            return cast(bytes | None, fresh[0])
 
         async def read() -> bytes | None:
             return cast(bytes | None, await self._redis.get(f"{PREFIX}:work:{work_id}"))
@@ -317,10 +323,8 @@ class SquareStore:
     ) -> bytes:
         """Return a page as the JSON the API answers with."""
         key = ("page", sort, kind, cursor, limit)
-        if version is not None:  # read along by the limiter: usually a fresh hit
-            hit, value = self._cache.get(key, FRESH_SECONDS, version)
-            if hit:
-                return cast(bytes, value)
+        if (fresh := self._fresh(key, version)) is not None:
+            return cast(bytes, fresh[0])
 
         async def read() -> bytes:
             return await self._page(sort, kind, cursor, limit)
