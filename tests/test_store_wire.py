@@ -17,6 +17,7 @@ from redis.exceptions import (
 )
 
 from service.store.connect import connect
+from service.store.deadline import counted_from_send
 from service.store.durable import DurableScripts
 from service.store.embedded import RedisServer
 from service.store.wire import Wire, wire_of
@@ -70,6 +71,99 @@ async def test_many_commands_in_flight_each_get_their_own_reply(wire: Wire) -> N
     replies = await asyncio.gather(*(wire.call("ECHO", word) for word in words))
     assert replies == words
     assert isinstance(await wire.call("INCRBY", "test:wire:n", 0), int)
+
+
+class _CountingWire(Wire):
+    """A wire that keeps every write it makes, and what a deadline heard then."""
+
+    writes: list[bytes]
+
+    def write_command(self, transport: asyncio.Transport, packed: bytes) -> None:
+        self.writes.append(packed)
+        super().write_command(transport, packed)
+
+
+def _counting(url: str) -> _CountingWire:
+    client = connect(url, cluster=False, socket_timeout=1, connect_timeout=1)
+    pool = client.connection_pool
+    wire = _CountingWire(pool.connection_kwargs)
+    wire.writes = []
+    return wire
+
+
+async def test_a_crowd_of_commands_shares_one_write_after_the_first(
+    redis_server: RedisServer,
+) -> None:
+    """Fifty calls started together are two system calls, not fifty: the first
+    goes out at once on the idle connection, the others at the end of the turn
+    in one write, with a `send` made in the same turn after them."""
+    wire = _counting(redis_server.url)
+    try:
+        await wire.call("PING")  # opens the connection
+        wire.writes.clear()
+        words = [f"turn-{n}".encode() for n in range(50)]
+        calls = [asyncio.ensure_future(wire.call("ECHO", word)) for word in words]
+        await asyncio.sleep(0)  # each call has queued its command
+        assert [w.count(b"ECHO") for w in wire.writes] == [1]
+        last = wire.send("ECHO", b"after")
+        assert last is not None
+        assert [w.count(b"ECHO") for w in wire.writes] == [1, 50]
+        assert await asyncio.gather(*calls) == words
+        assert await last == b"after"
+        pongs = await asyncio.gather(*(wire.call("PING") for _ in range(3)))
+        assert pongs == [b"PONG"] * 3
+        assert [w.count(b"PING") for w in wire.writes[2:]] == [1, 2]
+    finally:
+        await wire.aclose()
+
+
+async def test_a_deadline_counts_a_corked_command_from_its_write(
+    redis_server: RedisServer,
+) -> None:
+    """A command held for the end of its turn has not reached Redis yet: the
+    deadline over it (counted_from_send) restarts when it is written."""
+    wire = _counting(redis_server.url)
+    told: list[int] = []
+
+    class Heard:
+        def sent(self) -> None:
+            told.append(len(wire.writes))
+
+    try:
+        await wire.call("PING")
+        first = asyncio.ensure_future(wire.call("PING"))  # out at once
+        with counted_from_send(Heard()):  # type: ignore[arg-type]
+            corked = asyncio.ensure_future(wire.call("PING"))
+        await asyncio.sleep(0)
+        assert (len(wire.writes), told) == (2, [])  # held, not written
+        assert [await first, await corked] == [b"PONG", b"PONG"]
+        assert told == [3]  # told once, right after the write that carried it
+    finally:
+        await wire.aclose()
+
+
+async def test_commands_corked_on_a_dropped_connection_never_go_out(
+    redis_server: RedisServer, redis: Redis
+) -> None:
+    """A drop before the turn's write fails the commands held for it, writes
+    none of them, and the next call opens a new connection."""
+    wire = _counting(redis_server.url)
+    try:
+        first = await wire.call("CLIENT", "ID")
+        calls = [
+            asyncio.ensure_future(wire.call("PING")),  # out at once
+            asyncio.ensure_future(wire.call("INCR", "test:wire:never")),  # corked
+        ]
+        await asyncio.sleep(0)
+        wire.drop()
+        for call in calls:
+            with pytest.raises(RedisTimeout):
+                await call
+        assert await wire.call("CLIENT", "ID") != first
+        assert await redis.get("test:wire:never") is None
+        assert not any(b"test:wire:never" in w for w in wire.writes)
+    finally:
+        await wire.aclose()
 
 
 async def test_error_replies_raise_what_redis_py_raises(

@@ -97,6 +97,11 @@ def request_sent() -> None:
         sent()
 
 
+def sent_callback() -> Callable[[], None] | None:
+    """What `request_sent` would call now, for a request written later."""
+    return _SENT.get()
+
+
 def _reap(future: asyncio.Future[Any]) -> None:
     _ABANDONED.discard(future)
     if not future.cancelled():

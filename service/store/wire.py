@@ -10,7 +10,12 @@ decisions, the money scripts (durable.py) and the job queue's scripts go out
 on it; everything else, and TLS and Redis Cluster, keep redis-py.
 
 Commands go out in order on one connection and their replies come back in
-the same order, so any number may be in flight. A connection that breaks
+the same order, so any number may be in flight. A command `call` is given
+while others are still waiting for their replies goes out with the rest of
+its turn at the turn's end, in one write: a send to Redis on loopback costs
+this machine's kernel some 30 µs of CPU, most of a submit's round trip, and
+50 signed-in clients' submits share a turn several at a time. A command on
+an idle connection goes out at once. A connection that breaks
 fails every command on it; one whose oldest command has waited longer than
 the socket timeout (a hung server) is dropped when the next command comes;
 the next command opens a new one. `call` leaves deadlines to its caller (the
@@ -22,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, cast
 
 import hiredis
@@ -44,7 +49,7 @@ from redis.exceptions import (
     TimeoutError as RedisTimeout,
 )
 
-from .deadline import patiently, request_sent
+from .deadline import patiently, sent_callback
 
 # A connect with no timeout configured still gives up after this long.
 DEFAULT_CONNECT_SECONDS: Final = 5.0
@@ -69,11 +74,17 @@ class _Replies(asyncio.Protocol):
         # (loop time the command went out, its future), oldest first
         self.waiting: deque[tuple[float, asyncio.Future[Any]]] = deque()
         self.transport: asyncio.Transport | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.lost = False
+        # Commands of this turn not yet written, and whom to tell when they are.
+        self.corked: list[bytes] = []
+        self.on_write: list[Callable[[], None]] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        """Keep the transport to write on (uvloop's is not an asyncio.Transport)."""
+        """Keep the transport to write on (uvloop's is not an asyncio.Transport)
+        and its loop: Python 3.11's get_running_loop is a getpid system call."""
         self.transport = cast(asyncio.Transport, transport)
+        self.loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:
         """Parse what came; resolve a command per whole reply."""
@@ -167,32 +178,88 @@ class Wire:
             raise RedisTimeout("Timeout reading from Redis") from None
 
     async def call(self, *args: Any) -> Any:
-        """Send one command and return its reply; an error reply is raised."""
-        if (future := self.send(*args)) is None:
+        """Send one command with the others of this turn; return its reply (an
+        error reply is raised)."""
+        if (future := self._queue(args, sent_callback())) is None:
             await self._open()
-            future = self.send(*args)
+            future = self._queue(args, sent_callback())
             assert future is not None  # a connection just opened is current
-        request_sent()  # a deadline over this call counts Redis's time from here
         return await future
 
     def send(self, *args: Any) -> asyncio.Future[Any] | None:
-        """Write one command now, on a connection already open and current.
+        """Write one command now (after the turn's others), on a connection
+        already open and current.
 
         Return the future of its reply (an error reply is its exception), or
         None, with nothing written, where a connection must be opened first.
         """
+        if (replies := self._current()) is None:
+            return None
+        future = self._waiting(replies)
+        packed = hiredis.pack_command(args)
+        if replies.corked:
+            packed = b"".join([*replies.corked, packed])
+        self._write(replies, packed)
+        return future
+
+    def _queue(
+        self, args: tuple[Any, ...], on_write: Callable[[], None] | None
+    ) -> asyncio.Future[Any] | None:
+        """Write one command now if the connection is idle, else cork it until
+        the end of the turn; None where a connection must be opened first.
+
+        As Nagle's algorithm, but for a turn: Redis starts on the first command
+        of a burst while the rest are gathered, so a lone caller waits no
+        longer than before and a crowd shares one write.
+        """
+        if (replies := self._current()) is None:
+            return None
+        idle = not replies.waiting
+        future = self._waiting(replies)
+        if on_write is not None:
+            replies.on_write.append(on_write)
+        packed = hiredis.pack_command(args)
+        if idle:
+            self._write(replies, packed)
+            return future
+        if not replies.corked:
+            assert replies.loop is not None
+            replies.loop.call_soon(self._uncork, replies)
+        replies.corked.append(packed)
+        return future
+
+    def _current(self) -> _Replies | None:
+        """The open connection, unless it is lost or hung."""
         replies = self._replies
         if replies is None or replies.lost:
             return None
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        if self._hung(replies, now):
+        assert replies.loop is not None
+        if self._hung(replies, replies.loop.time()):
             return None
-        future: asyncio.Future[Any] = loop.create_future()
-        replies.waiting.append((now, future))
-        assert replies.transport is not None
-        self.write_command(replies.transport, hiredis.pack_command(args))
+        return replies
+
+    def _waiting(self, replies: _Replies) -> asyncio.Future[Any]:
+        """A future for the next reply on the connection, oldest last."""
+        assert replies.loop is not None
+        future: asyncio.Future[Any] = replies.loop.create_future()
+        replies.waiting.append((replies.loop.time(), future))
         return future
+
+    def _uncork(self, replies: _Replies) -> None:
+        """Write the turn's commands at once (a lost connection failed them)."""
+        if replies.corked and not replies.lost:
+            self._write(replies, b"".join(replies.corked))
+        replies.corked.clear()
+        replies.on_write.clear()
+
+    def _write(self, replies: _Replies, packed: bytes) -> None:
+        """Put bytes on the wire; the corked commands are out with them."""
+        assert replies.transport is not None
+        self.write_command(replies.transport, packed)
+        replies.corked.clear()
+        told, replies.on_write = replies.on_write, []
+        for on_write in told:
+            on_write()  # a deadline over that call counts Redis's time from here
 
     def write_command(self, transport: asyncio.Transport, packed: bytes) -> None:
         """Put one packed command on the wire: the one place a command goes out."""
