@@ -139,10 +139,13 @@ def read_idempotency(request: web.Request, body: Mapping[str, Any]) -> tuple[str
     """Read `Idempotency-Key` ("" when absent) and hash the body it must repeat.
 
     A replay is the same key with the same body: the hash is of the body's
-    canonical JSON, so key order and spacing do not matter.
+    canonical JSON, so key order and spacing do not matter. Without a key
+    there is nothing to repeat, and no hash ("").
     """
-    key = request.headers.get("Idempotency-Key", "")
-    if "Idempotency-Key" in request.headers and not _IDEMPOTENCY_KEY.fullmatch(key):
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return "", ""
+    if not _IDEMPOTENCY_KEY.fullmatch(key):
         raise ApiError(400, "BAD_REQUEST", field="Idempotency-Key")
     canonical = json.dumps(body, sort_keys=True, separators=(",", ":"))
     return key, hashlib.sha256(canonical.encode()).hexdigest()
