@@ -102,6 +102,34 @@ def test_a_reply_that_came_in_while_the_loop_was_busy_is_used(
     _run(factory, main())
 
 
+@pytest.mark.parametrize("factory", _loop_factories())
+def test_a_script_whose_reply_came_while_the_loop_was_busy_does_not_time_out(
+    redis_server: RedisServer, factory: LoopFactory
+) -> None:
+    """The wire's socket timeout counts Redis's time: a loop kept busy past it
+    right after the write reads the reply instead of dropping the connection."""
+
+    async def main() -> None:
+        stalls: list[float] = []
+        client = connect(redis_server.url, cluster=False, socket_timeout=0.05,
+                         connect_timeout=1, retries=0)  # fmt: skip
+        wire = _stalling_after_write(stalls)(client.connection_pool.connection_kwargs)
+        try:
+            assert await wire.call("PING") == b"PONG"
+            for attempt in range(3):
+                stalls.append(4 * 0.05)
+                assert (
+                    await wire.call("ECHO", f"late-{attempt}")
+                    == f"late-{attempt}".encode()
+                )
+                assert not stalls, "the stall happened"
+        finally:
+            await wire.aclose()
+            await client.aclose()
+
+    _run(factory, main())
+
+
 def _stalling_wire_before_write(stalls: list[float]) -> type[Wire]:
     """Build a limiter connection that keeps the loop busy just before a write."""
 

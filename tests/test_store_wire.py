@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -255,6 +256,22 @@ async def test_a_connection_whose_oldest_command_is_overdue_is_replaced(
         assert await wire.call("CLIENT", "ID") != first
         with pytest.raises(RedisTimeout):
             await abandoned
+
+
+async def test_a_command_never_answered_times_out_with_none_after_it(
+    redis_server: RedisServer,
+) -> None:
+    """The socket timeout holds for a lone command: no later command is needed
+    to notice the hang; the connection is dropped and the next one is new."""
+    async with _through_proxy(redis_server, socket_timeout=0.1) as (proxy, wire):
+        first = await wire.call("CLIENT", "ID")
+        proxy.hang = True
+        started = time.perf_counter()
+        with pytest.raises(RedisTimeout):
+            await asyncio.wait_for(wire.call("PING"), 2)  # a builtin TimeoutError
+        assert 0.1 <= time.perf_counter() - started < 1
+        proxy.hang = False
+        assert await wire.call("CLIENT", "ID") != first
 
 
 def test_tls_and_cluster_clients_keep_redis_py() -> None:

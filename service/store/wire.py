@@ -15,12 +15,13 @@ while others are still waiting for their replies goes out with the rest of
 its turn at the turn's end, in one write: a send to Redis on loopback costs
 this machine's kernel some 30 µs of CPU, most of a submit's round trip, and
 50 signed-in clients' submits share a turn several at a time. A command on
-an idle connection goes out at once. A connection that breaks
-fails every command on it; one whose oldest command has waited longer than
-the socket timeout (a hung server) is dropped when the next command comes;
-the next command opens a new one. `call` leaves deadlines to its caller (the
-limiter keeps its own); `run_script` keeps the client's socket timeout and
-retries.
+an idle connection goes out at once.
+
+A connection that breaks fails every command on it. One whose oldest command
+has waited longer than the socket timeout (a hung server) is dropped, with a
+timeout for every command on it: one timer a connection watches the oldest
+command (the limiter keeps shorter deadlines of its own). The next command
+opens a new connection; `run_script` retries as the client retries.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any, Final, cast
 
 import hiredis
@@ -49,7 +51,7 @@ from redis.exceptions import (
     TimeoutError as RedisTimeout,
 )
 
-from .deadline import patiently, sent_callback
+from .deadline import Deadline, patiently, sent_callback
 
 # A connect with no timeout configured still gives up after this long.
 DEFAULT_CONNECT_SECONDS: Final = 5.0
@@ -79,6 +81,8 @@ class _Replies(asyncio.Protocol):
         # Commands of this turn not yet written, and whom to tell when they are.
         self.corked: list[bytes] = []
         self.on_write: list[Callable[[], None]] = []
+        # The socket timeout's timer over the oldest command waiting (Wire._watch).
+        self.watchdog: Deadline | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         """Keep the transport to write on (uvloop's is not an asyncio.Transport)
@@ -160,22 +164,14 @@ class Wire:
         async def once() -> Any:
             command = ("EVALSHA", sha, len(keys), *keys, *args)
             try:
-                return await self._timed(command)
-            except NoScriptError:
-                await self._timed(("SCRIPT", "LOAD", source))
-                return await self._timed(command)
-
-        return await self._retry.call_with_retry(once, _ignore)
-
-    async def _timed(self, command: tuple[Any, ...]) -> Any:
-        if self._timeout is None:
-            return await self.call(*command)
-        try:
-            with patiently(self._timeout):
                 return await self.call(*command)
-        except TimeoutError:
-            self.drop()  # its reply is late, and every later one behind it
-            raise RedisTimeout("Timeout reading from Redis") from None
+            except NoScriptError:
+                await self.call("SCRIPT", "LOAD", source)
+                return await self.call(*command)
+
+        # A timeout is the watchdog's (_watch): the connection is dropped, and
+        # the retry goes out on a new one.
+        return await self._retry.call_with_retry(once, _ignore)
 
     async def call(self, *args: Any) -> Any:
         """Send one command with the others of this turn; return its reply (an
@@ -239,11 +235,38 @@ class Wire:
         return replies
 
     def _waiting(self, replies: _Replies) -> asyncio.Future[Any]:
-        """A future for the next reply on the connection, oldest last."""
+        """A future for the next reply on the connection, oldest first."""
         assert replies.loop is not None
         future: asyncio.Future[Any] = replies.loop.create_future()
         replies.waiting.append((replies.loop.time(), future))
+        if replies.watchdog is None and self._timeout is not None:
+            self._watch(replies)
         return future
+
+    def _watch(self, replies: _Replies) -> None:
+        """Time the oldest command waiting: one timer a connection, not one a
+        command (a timer and a task's cancel scope cost a script run about
+        6 µs of CPU here)."""
+        assert replies.loop is not None
+        assert self._timeout is not None
+        due = replies.waiting[0][0] + self._timeout
+        left = max(0.0, due - replies.loop.time())
+        # The seconds are Redis's (deadline.py): after a stall, a reply that
+        # came meanwhile is read before the verdict.
+        replies.watchdog = Deadline(left, partial(self._overdue, replies))
+
+    def _overdue(self, replies: _Replies) -> None:
+        """Drop a connection whose oldest command is past the socket timeout;
+        else time the one that is oldest now."""
+        replies.watchdog = None
+        if replies.lost or not replies.waiting:
+            return
+        assert replies.loop is not None
+        assert self._timeout is not None
+        if replies.loop.time() - replies.waiting[0][0] >= self._timeout:
+            self._drop(replies)  # its reply is late, and every later one behind it
+        else:
+            self._watch(replies)
 
     def _uncork(self, replies: _Replies) -> None:
         """Write the turn's commands at once (a lost connection failed them)."""
@@ -294,6 +317,9 @@ class Wire:
 
     def _drop(self, replies: _Replies) -> None:
         replies.lost = True
+        if replies.watchdog is not None:
+            replies.watchdog.cancel()
+            replies.watchdog = None
         replies.fail(RedisTimeout("Redis did not answer in time"))
         if replies.transport is not None:
             replies.transport.abort()
