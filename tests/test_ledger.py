@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from typing import Any
@@ -10,6 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from redis.asyncio import Redis
 
+from service.store.connect import connect
+from service.store.embedded import RedisServer
 from service.studio.generations import GenerationStore, SubmitRefused
 from service.studio.ledger import (
     MAX_ADJUST,
@@ -19,6 +22,8 @@ from service.studio.ledger import (
     events_channel,
     script,
 )
+
+from .chaos import HangingProxy
 
 Operation = tuple[str, int]
 
@@ -90,6 +95,51 @@ async def test_credits_that_expire_under_a_refused_submit_send_a_credits_event(
         message = await listening.get_message(timeout=2)
     assert message is not None
     assert json.loads(message["data"]) == {"event": "credits", "data": {"balance": 0}}
+
+
+async def test_a_submit_retried_after_its_reply_was_lost_charges_once(
+    redis_server: RedisServer, redis: Redis
+) -> None:
+    """Redis ran the submit but its reply came after the socket timeout: the
+    client's retry finds the generation made and answers with it, with one
+    debit, one job queued and the balance taken once."""
+    ledger = Ledger(redis, trial_credits=10, expire_months=24)
+    await ledger.open("u9", "r@example.com", "r" * 32)
+    proxy = HangingProxy(redis_server.port)
+    await proxy.start()
+    slow = connect(proxy.url, cluster=False, socket_timeout=0.2, connect_timeout=1)
+    store = GenerationStore(slow)
+    fields: dict[str, str | int] = {"model": "m", "kind": "image", "prompt": "p"}
+    try:
+        await store.submit(
+            "u9", "g0", price=3, cap=4, idempotency="", body_hash="", deadline=0,
+            fields=fields,
+        )  # fmt: skip
+        proxy.delay = 0.6  # the reply to the next try comes after the timeout
+        submitting = asyncio.ensure_future(
+            store.submit(
+                "u9",
+                "g1",
+                price=3,
+                cap=4,
+                idempotency="",
+                body_hash="",
+                deadline=0,
+                fields=fields,
+            )
+        )
+        await asyncio.sleep(0.1)  # the first try is out and has run
+        proxy.delay = 0.0  # its retry, on a new connection, is answered
+        submitted = await submitting
+    finally:
+        await slow.aclose()
+        await proxy.stop()
+    assert (submitted.fields["id"], submitted.replayed) == ("g1", False)
+    balance, total, remaining, entries = await _views(redis, "u9")
+    assert [e["kind"] for e in entries] == ["grant", "debit", "debit"]
+    assert (balance, total, remaining) == (4, 4, 4)
+    streams = await redis.keys("studio:jobs:*:stream")
+    assert sum([await redis.xlen(stream) for stream in streams]) == 2
 
 
 async def test_expired_credits_leave_with_an_expire_entry(redis: Redis) -> None:

@@ -10,6 +10,11 @@ local gid, idem, body_hash = ARGV[1], ARGV[2], ARGV[3]
 local price, cap = tonumber(ARGV[4]), tonumber(ARGV[5])
 local now_epoch, now_iso = tonumber(ARGV[6]), ARGV[7]
 local idem_key = P .. ':idem:' .. idem
+-- This very call again: its client timed out on the reply and retried (gid is
+-- drawn once per request). Answer as it went, and charge nothing twice.
+if redis.call('EXISTS', gen_key(gid)) == 1 then
+  return {'OK', redis.call('HGETALL', gen_key(gid))}
+end
 if idem ~= '' then
   local seen = redis.call('GET', idem_key)
   if seen then
