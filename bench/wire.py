@@ -5,7 +5,13 @@ core, sends the same command (`PING`, then the limiter's script run of one
 decision) one at a time through each client, then prints the CPU each round
 trip took and the ratio against redis-py's client as the limiter built it
 before it had a wire of its own (a blocking pool, cancel-safe connections, a
-1 s socket timeout). Run: `.venv/bin/python bench/wire.py [--rounds 20000]`.
+1 s socket timeout).
+
+Then the same script run by 50 callers at once, as a busy `serve`'s requests
+make them: through `call`, which writes the first at once and the other 49 at
+the end of the turn in one write; through `send`, one write each (what the
+wire did before it gathered a turn's commands); and through redis-py's client.
+Run: `.venv/bin/python bench/wire.py [--rounds 20000]`.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ import uvloop
 
 from service.limits.limiter import GCRA_BATCH_SCRIPT, Limiter
 from service.store.embedded import RedisServer
+
+# Callers at once in the second part: the bench's 50 signed-in clients.
+CROWD = 50
 
 
 async def _cpu_per_call(call: Callable[[], Awaitable[Any]], rounds: int) -> float:
@@ -60,6 +69,28 @@ async def _main(url: str, rounds: int) -> None:
             f"{label:42} wire {ours:6.1f}  redis-py {theirs:6.1f}  "
             f"ratio {theirs / ours:5.2f}x"
         )
+
+    async def gathered() -> Any:
+        return await asyncio.gather(*(wire.call(*script) for _ in range(CROWD)))
+
+    async def each_written() -> Any:
+        sent = [wire.send(*script) for _ in range(CROWD)]
+        return await asyncio.gather(*(f for f in sent if f is not None))
+
+    async def by_pool() -> Any:
+        calls = (pooled.execute_command(*script) for _ in range(CROWD))  # type: ignore[no-untyped-call]
+        return await asyncio.gather(*calls)
+
+    crowds = max(rounds // CROWD, 20)
+    turn = await _cpu_per_call(gathered, crowds) / CROWD
+    each = await _cpu_per_call(each_written, crowds) / CROWD
+    pool = await _cpu_per_call(by_pool, crowds) / CROWD
+    print(f"\n{CROWD} callers at once, {crowds} rounds; µs of CPU a script run")
+    print(
+        f"{'wire, a turn in one write (call)':42} {turn:6.1f}\n"
+        f"{'wire, one write each (send)':42} {each:6.1f}  ratio {each / turn:5.2f}x\n"
+        f"{'redis-py':42} {pool:6.1f}  ratio {pool / turn:5.2f}x"
+    )
     await limiter.aclose()
 
 
