@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
@@ -13,7 +14,7 @@ from redis.asyncio import Redis
 
 from service.store.connect import connect
 from service.store.embedded import RedisServer
-from service.studio.generations import GenerationStore, SubmitRefused
+from service.studio.generations import GenerationStore, SubmitRefused, Submitted
 from service.studio.ledger import (
     MAX_ADJUST,
     InsufficientCredits,
@@ -26,6 +27,7 @@ from service.studio.ledger import (
 from .chaos import HangingProxy
 
 Operation = tuple[str, int]
+T = TypeVar("T")
 
 
 async def _views(redis: Redis, account_id: str) -> tuple[int, int, int, list[Any]]:
@@ -97,49 +99,80 @@ async def test_credits_that_expire_under_a_refused_submit_send_a_credits_event(
     assert json.loads(message["data"]) == {"event": "credits", "data": {"balance": 0}}
 
 
+class _Late:
+    """Run an operation whose first try's reply comes after the socket timeout
+    (Redis runs it); the client's one retry, on a new connection, is answered."""
+
+    def __init__(self, proxy: HangingProxy) -> None:
+        self._proxy = proxy
+
+    async def __call__(self, operation: Awaitable[T]) -> T:
+        self._proxy.delay = 0.6
+        running = asyncio.ensure_future(operation)
+        await asyncio.sleep(0.1)  # the first try is out and has run
+        self._proxy.delay = 0.0
+        return await running
+
+
+@contextlib.asynccontextmanager
+async def _late_replies(
+    redis_server: RedisServer,
+) -> AsyncIterator[tuple[Redis, _Late]]:
+    """A store client with a 0.2 s socket timeout, through a proxy that can delay."""
+    proxy = HangingProxy(redis_server.port)
+    await proxy.start()
+    slow = connect(proxy.url, cluster=False, socket_timeout=0.2, connect_timeout=1)
+    try:
+        yield slow, _Late(proxy)
+    finally:
+        await slow.aclose()
+        await proxy.stop()
+
+
 async def test_a_submit_retried_after_its_reply_was_lost_charges_once(
     redis_server: RedisServer, redis: Redis
 ) -> None:
     """Redis ran the submit but its reply came after the socket timeout: the
     client's retry finds the generation made and answers with it, with one
     debit, one job queued and the balance taken once."""
-    ledger = Ledger(redis, trial_credits=10, expire_months=24)
-    await ledger.open("u9", "r@example.com", "r" * 32)
-    proxy = HangingProxy(redis_server.port)
-    await proxy.start()
-    slow = connect(proxy.url, cluster=False, socket_timeout=0.2, connect_timeout=1)
-    store = GenerationStore(slow)
+    await Ledger(redis, trial_credits=10, expire_months=24).open(
+        "u9", "r@example.com", "r" * 32
+    )
     fields: dict[str, str | int] = {"model": "m", "kind": "image", "prompt": "p"}
-    try:
-        await store.submit(
-            "u9", "g0", price=3, cap=4, idempotency="", body_hash="", deadline=0,
-            fields=fields,
-        )  # fmt: skip
-        proxy.delay = 0.6  # the reply to the next try comes after the timeout
-        submitting = asyncio.ensure_future(
-            store.submit(
-                "u9",
-                "g1",
-                price=3,
-                cap=4,
-                idempotency="",
-                body_hash="",
-                deadline=0,
-                fields=fields,
-            )
-        )
-        await asyncio.sleep(0.1)  # the first try is out and has run
-        proxy.delay = 0.0  # its retry, on a new connection, is answered
-        submitted = await submitting
-    finally:
-        await slow.aclose()
-        await proxy.stop()
+    async with _late_replies(redis_server) as (slow, late):
+        store = GenerationStore(slow)
+
+        def submit(gid: str) -> Awaitable[Submitted]:
+            return store.submit(
+                "u9", gid, price=3, cap=4, idempotency="", body_hash="",
+                deadline=0, fields=fields,
+            )  # fmt: skip
+
+        await submit("g0")  # the script is loaded: the next try runs at once
+        submitted = await late(submit("g1"))
     assert (submitted.fields["id"], submitted.replayed) == ("g1", False)
     balance, total, remaining, entries = await _views(redis, "u9")
     assert [e["kind"] for e in entries] == ["grant", "debit", "debit"]
     assert (balance, total, remaining) == (4, 4, 4)
     streams = await redis.keys("studio:jobs:*:stream")
     assert sum([await redis.xlen(stream) for stream in streams]) == 2
+
+
+async def test_an_operators_grant_retried_after_its_reply_was_lost_grants_once(
+    redis_server: RedisServer, redis: Redis
+) -> None:
+    """The same for `credits grant`: one adjust entry, the balance moved once."""
+    await Ledger(redis, trial_credits=10, expire_months=24).open(
+        "u10", "o@example.com", "o" * 32
+    )
+    async with _late_replies(redis_server) as (slow, late):
+        ledger = Ledger(slow, trial_credits=10, expire_months=24)
+        assert await ledger.adjust("u10", 1, "") == 11  # the script is loaded
+        assert await late(ledger.adjust("u10", 5, "compensation")) == 16
+        assert await late(ledger.adjust("u10", -2, "")) == 14
+    balance, total, remaining, entries = await _views(redis, "u10")
+    assert [e["amount"] for e in entries] == [10, 1, 5, -2]
+    assert (balance, total, remaining) == (14, 14, 14)
 
 
 async def test_expired_credits_leave_with_an_expire_entry(redis: Redis) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import calendar
 import datetime as dt
 import json
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,7 +157,8 @@ class Ledger:
         reply = await self._durable.run(
             self._adjust,
             [account_key(account_id)],
-            args + self._expiry(moment) + [MAX_ADJUST],
+            # The operation's id: a retry after a lost reply grants nothing twice.
+            [*args, *self._expiry(moment), MAX_ADJUST, secrets.token_hex(8)],
         )
         outcome = text(reply[0])
         if outcome == "BAD_AMOUNT":
