@@ -5,7 +5,9 @@ core, sends the same command (`PING`, then the limiter's script run of one
 decision) one at a time through each client, then prints the CPU each round
 trip took and the ratio against redis-py's client as the limiter built it
 before it had a wire of its own (a blocking pool, cancel-safe connections, a
-1 s socket timeout).
+1 s socket timeout). Then a store's script run as the money paths run it
+(`run_script`: loaded again after a `SCRIPT FLUSH`, the client's socket
+timeout and retries) against the same script registered with redis-py.
 
 Then the same script run by 50 callers at once, as a busy `serve`'s requests
 make them: through `call`, which writes the first at once and the other 49 at
@@ -26,10 +28,13 @@ from typing import Any
 import uvloop
 
 from service.limits.limiter import GCRA_BATCH_SCRIPT, Limiter
+from service.store.connect import connect
 from service.store.embedded import RedisServer
+from service.store.wire import run_script, wire_of
 
 # Callers at once in the second part: the bench's 50 signed-in clients.
 CROWD = 50
+Call = Callable[[], Awaitable[Any]]
 
 
 async def _cpu_per_call(call: Callable[[], Awaitable[Any]], rounds: int) -> float:
@@ -50,19 +55,27 @@ async def _main(url: str, rounds: int) -> None:
     sha = await pooled.script_load(GCRA_BATCH_SCRIPT)
     # One decision of one policy, as the limiter's batch sends it (1 call, 0 reads).
     script = ("EVALSHA", sha, 1, "bench:wire:{ip4:10.0.0.1}:p", "", 1, 0, 1, 9, 1, 1)
-    rows: list[tuple[str, tuple[Any, ...]]] = [
-        ("PING", ("PING",)),
-        ("the limiter's script run (one decision)", script),
+    # A store's script as the money paths run it: EVALSHA, loaded again after
+    # a SCRIPT FLUSH, within the client's socket timeout, retried as it retries.
+    store = connect(url, cluster=False, socket_timeout=1, connect_timeout=1)
+    stored = store.register_script("return 1")
+    store_wire = wire_of(store)
+    keys = ["bench:wire:k"]
+    rows: list[tuple[str, Call, Call]] = [
+        ("PING", lambda: wire.call("PING"), lambda: pooled.ping()),
+        (
+            "the limiter's script run (one decision)",
+            lambda: wire.call(*script),
+            lambda: pooled.execute_command(*script),  # type: ignore[no-untyped-call]
+        ),
+        (
+            "a store's script run (run_script)",
+            lambda: run_script(store_wire, stored, keys, []),
+            lambda: stored(keys=keys, args=[]),
+        ),
     ]
     print(f"one command at a time, {rounds} rounds; µs of CPU a round trip")
-    for label, command in rows:
-
-        def by_wire(c: tuple[Any, ...] = command) -> Awaitable[Any]:
-            return wire.call(*c)
-
-        def by_redis_py(c: tuple[Any, ...] = command) -> Awaitable[Any]:
-            return pooled.execute_command(*c)  # type: ignore[no-untyped-call]
-
+    for label, by_wire, by_redis_py in rows:
         ours = await _cpu_per_call(by_wire, rounds)
         theirs = await _cpu_per_call(by_redis_py, rounds)
         print(
@@ -92,6 +105,7 @@ async def _main(url: str, rounds: int) -> None:
         f"{'redis-py':42} {pool:6.1f}  ratio {pool / turn:5.2f}x"
     )
     await limiter.aclose()
+    await store.aclose()
 
 
 def main() -> None:
