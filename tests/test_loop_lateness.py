@@ -130,6 +130,34 @@ def test_a_script_whose_reply_came_while_the_loop_was_busy_does_not_time_out(
     _run(factory, main())
 
 
+@pytest.mark.parametrize("factory", _loop_factories())
+def test_a_command_sent_right_after_a_stall_keeps_the_connection(
+    redis_server: RedisServer, factory: LoopFactory
+) -> None:
+    """A loop busy past the socket timeout has not read the reply waiting in
+    the socket: the next command (the limiter's flush writes at once) goes out
+    on the same connection, and the earlier one gets its reply."""
+
+    async def main() -> None:
+        client = connect(redis_server.url, cluster=False, socket_timeout=0.05,
+                         connect_timeout=1, retries=0)  # fmt: skip
+        wire = Wire(client.connection_pool.connection_kwargs)
+        try:
+            first = await wire.call("CLIENT", "ID")
+            waiting = asyncio.ensure_future(wire.call("PING"))
+            await asyncio.sleep(0)  # written
+            _busy(4 * 0.05)  # Redis answers while the loop is busy
+            later = wire.send("CLIENT", "ID")
+            assert later is not None, "the connection was given up"
+            assert await waiting == b"PONG"
+            assert await later == first
+        finally:
+            await wire.aclose()
+            await client.aclose()
+
+    _run(factory, main())
+
+
 def _stalling_wire_before_write(stalls: list[float]) -> type[Wire]:
     """Build a limiter connection that keeps the loop busy just before a write."""
 

@@ -246,7 +246,8 @@ async def test_a_dropped_connection_fails_its_waiting_commands_and_is_replaced(
 async def test_a_connection_whose_oldest_command_is_overdue_is_replaced(
     redis_server: RedisServer,
 ) -> None:
-    """Past the socket timeout, the next command does not queue behind a hang."""
+    """Past the socket timeout the connection is dropped: the next command does
+    not queue behind a hang."""
     async with _through_proxy(redis_server, socket_timeout=0.1) as (proxy, wire):
         first = await wire.call("CLIENT", "ID")
         proxy.hang = True

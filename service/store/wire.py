@@ -225,12 +225,10 @@ class Wire:
         return future
 
     def _current(self) -> _Replies | None:
-        """The open connection, unless it is lost or hung."""
+        """The open connection, unless it is lost (a hung one the watchdog drops:
+        after a stall, replies may be waiting unread in its socket)."""
         replies = self._replies
         if replies is None or replies.lost:
-            return None
-        assert replies.loop is not None
-        if self._hung(replies, replies.loop.time()):
             return None
         return replies
 
@@ -288,20 +286,12 @@ class Wire:
         """Put one packed command on the wire: the one place a command goes out."""
         transport.write(packed)
 
-    def _hung(self, replies: _Replies, now: float) -> bool:
-        """Tell whether the oldest command has waited past the socket timeout."""
-        if not replies.waiting or self._timeout is None:
-            return False
-        return now - replies.waiting[0][0] > self._timeout
-
     async def _open(self) -> _Replies:
-        """Drop the current connection, if any, and open a new one (once for all)."""
+        """Open a new connection in place of a lost one (once for all waiting)."""
         async with self._opening:
             current = self._replies
             if current is not None and not current.lost:
-                if not self._hung(current, asyncio.get_running_loop().time()):
-                    return current  # opened by a command that waited here first
-                self._drop(current)
+                return current  # opened by a command that waited here first
             self._replies = await self._connect()
             return self._replies
 
