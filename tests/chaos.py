@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator, Awaitable
+from typing import TypeVar
+
+from redis.asyncio import Redis
+
+from service.store.connect import connect
 
 from .ports import free_port
+
+T = TypeVar("T")
 
 
 class HangingProxy:
@@ -68,3 +76,32 @@ class HangingProxy:
                     writer.write(data)
                     await writer.drain()
         writer.close()
+
+
+class Late:
+    """Run an operation whose first try's reply comes after the socket timeout
+    (Redis runs it); the client's one retry, on a new connection, is answered."""
+
+    def __init__(self, proxy: HangingProxy) -> None:
+        self._proxy = proxy
+
+    async def __call__(self, operation: Awaitable[T]) -> T:
+        self._proxy.delay = 0.6
+        running = asyncio.ensure_future(operation)
+        await asyncio.sleep(0.1)  # the first try is out and has run
+        self._proxy.delay = 0.0
+        return await running
+
+
+@contextlib.asynccontextmanager
+async def late_replies(port: int) -> AsyncIterator[tuple[Redis, Late]]:
+    """A store client with a 0.2 s socket timeout and one retry, through a
+    proxy to the Redis on `port` that can delay its replies."""
+    proxy = HangingProxy(port)
+    await proxy.start()
+    slow = connect(proxy.url, cluster=False, socket_timeout=0.2, connect_timeout=1)
+    try:
+        yield slow, Late(proxy)
+    finally:
+        await slow.aclose()
+        await proxy.stop()

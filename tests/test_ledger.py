@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable
-from typing import Any, TypeVar
+from collections.abc import Awaitable
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from redis.asyncio import Redis
 
-from service.store.connect import connect
 from service.store.embedded import RedisServer
 from service.studio.generations import GenerationStore, SubmitRefused, Submitted
 from service.studio.ledger import (
@@ -24,10 +22,9 @@ from service.studio.ledger import (
     script,
 )
 
-from .chaos import HangingProxy
+from .chaos import late_replies
 
 Operation = tuple[str, int]
-T = TypeVar("T")
 
 
 async def _views(redis: Redis, account_id: str) -> tuple[int, int, int, list[Any]]:
@@ -99,36 +96,6 @@ async def test_credits_that_expire_under_a_refused_submit_send_a_credits_event(
     assert json.loads(message["data"]) == {"event": "credits", "data": {"balance": 0}}
 
 
-class _Late:
-    """Run an operation whose first try's reply comes after the socket timeout
-    (Redis runs it); the client's one retry, on a new connection, is answered."""
-
-    def __init__(self, proxy: HangingProxy) -> None:
-        self._proxy = proxy
-
-    async def __call__(self, operation: Awaitable[T]) -> T:
-        self._proxy.delay = 0.6
-        running = asyncio.ensure_future(operation)
-        await asyncio.sleep(0.1)  # the first try is out and has run
-        self._proxy.delay = 0.0
-        return await running
-
-
-@contextlib.asynccontextmanager
-async def _late_replies(
-    redis_server: RedisServer,
-) -> AsyncIterator[tuple[Redis, _Late]]:
-    """A store client with a 0.2 s socket timeout, through a proxy that can delay."""
-    proxy = HangingProxy(redis_server.port)
-    await proxy.start()
-    slow = connect(proxy.url, cluster=False, socket_timeout=0.2, connect_timeout=1)
-    try:
-        yield slow, _Late(proxy)
-    finally:
-        await slow.aclose()
-        await proxy.stop()
-
-
 async def test_a_submit_retried_after_its_reply_was_lost_charges_once(
     redis_server: RedisServer, redis: Redis
 ) -> None:
@@ -139,7 +106,7 @@ async def test_a_submit_retried_after_its_reply_was_lost_charges_once(
         "u9", "r@example.com", "r" * 32
     )
     fields: dict[str, str | int] = {"model": "m", "kind": "image", "prompt": "p"}
-    async with _late_replies(redis_server) as (slow, late):
+    async with late_replies(redis_server.port) as (slow, late):
         store = GenerationStore(slow)
 
         def submit(gid: str) -> Awaitable[Submitted]:
@@ -165,7 +132,7 @@ async def test_an_operators_grant_retried_after_its_reply_was_lost_grants_once(
     await Ledger(redis, trial_credits=10, expire_months=24).open(
         "u10", "o@example.com", "o" * 32
     )
-    async with _late_replies(redis_server) as (slow, late):
+    async with late_replies(redis_server.port) as (slow, late):
         ledger = Ledger(slow, trial_credits=10, expire_months=24)
         assert await ledger.adjust("u10", 1, "") == 11  # the script is loaded
         assert await late(ledger.adjust("u10", 5, "compensation")) == 16

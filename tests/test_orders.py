@@ -25,8 +25,11 @@ from service.payments.orders import (
     packs_of,
     view,
 )
+from service.store.embedded import RedisServer
 from service.studio.generations import GenerationStore, SubmitRefused
-from service.studio.ledger import Ledger, events_channel
+from service.studio.ledger import Ledger, account_key, events_channel
+
+from .chaos import late_replies
 
 P98 = Pack("p98", 98, 980, 80)
 P30 = Pack("p30", 30, 300, 0)
@@ -74,6 +77,22 @@ async def submit(redis: Redis, gid: str, price: int = 10) -> None:
         ACCOUNT, gid, price=price, cap=100, idempotency="", body_hash="h",
         deadline=0, fields={"model": "m"},
     )  # fmt: skip
+
+
+async def test_an_order_created_again_after_its_reply_was_lost_is_one_order(
+    redis_server: RedisServer, redis: Redis, ledger: Ledger
+) -> None:
+    """Redis made the order but its reply came after the socket timeout: the
+    client's retry finds its own order by the call's token, not a clash to
+    draw a new id for (which left a second, never-shown order to expire)."""
+    async with late_replies(redis_server.port) as (slow, late):
+        orders = OrderStore(slow, order_minutes=15, expire_months=24)
+        await orders.create(ACCOUNT, P30, "alipay", "desktop")  # loads the script
+        order, replayed = await late(orders.create(ACCOUNT, P98, "alipay", "desktop"))
+    assert (order["pack"], replayed) == ("p98", False)
+    listed = await redis.zrange(f"{account_key(ACCOUNT)}:orders", 0, -1)
+    assert len(listed) == 2  # the first order, and this one once
+    assert order["id"].encode() in listed
 
 
 async def test_a_repeated_payment_credits_the_order_once(

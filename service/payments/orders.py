@@ -210,12 +210,15 @@ class OrderStore:
             "expires_at": iso(expires), "expires": int(expires.timestamp()),
         }  # fmt: skip
         flat_fields = [item for pair in fields.items() for item in pair]
+        # The store's client retries a script whose reply it lost: the token
+        # tells that retry its own order from another's with the same id.
+        call = secrets.token_hex(8)
         while True:
             order_id = account_id + secrets.token_hex(4)
             reply = await self._run(
-                order_id, "create", idempotency_key, body_hash, *flat_fields
+                order_id, "create", idempotency_key, body_hash, call, *flat_fields
             )
-            if reply[0] != "TAKEN":  # 2^32 ids an account: a clash is a retry
+            if reply[0] != "TAKEN":  # 2^32 ids an account: a clash draws again
                 break
         if reply[0] == "IDEMPOTENCY_KEY_REUSED":
             raise IdempotencyKeyReused(idempotency_key)

@@ -30,8 +30,11 @@ local function take_from_lot(id, n)
 end
 
 if action == 'create' then
-  -- ARGV: idempotency key ('' for none), body hash, then the order's fields as field, value...
-  local idem, body_hash = ARGV[3], ARGV[4]
+  -- ARGV: idempotency key ('' for none), body hash, the call's token (drawn once
+  -- per create), then the order's fields as field, value...
+  local idem, body_hash, call = ARGV[3], ARGV[4], ARGV[5]
+  -- This very call again: its client timed out on the reply and retried.
+  if field('call') == call then return {'OK', redis.call('HGETALL', ORDER)} end
   local idem_key = P .. ':idem:order:' .. idem
   if idem ~= '' then
     local seen = redis.call('GET', idem_key)
@@ -47,8 +50,9 @@ if action == 'create' then
   local n = redis.call('HINCRBY', P, 'oseq', 1)
   redis.call('HSET', ORDER, 'id', oid, 'n', n, 'status', 'created', 'paid_at', '', 'paid', '',
              'trade_no', '', 'lot', '', 'refunded_fen', 0, 'covered_fen', 0, 'refund_id', '',
-             'refund_fen', 0, 'refund_fee', 0, 'refund_credits', 0, 'refund_state', '', 'asked', 0)
-  for i = 5, #ARGV, 2 do redis.call('HSET', ORDER, ARGV[i], ARGV[i + 1]) end
+             'refund_fen', 0, 'refund_fee', 0, 'refund_credits', 0, 'refund_state', '', 'asked', 0,
+             'call', call)
+  for i = 6, #ARGV, 2 do redis.call('HSET', ORDER, ARGV[i], ARGV[i + 1]) end
   redis.call('ZADD', P .. ':orders', n, oid)
   if idem ~= '' then
     redis.call('SET', idem_key, cjson.encode({h = body_hash, o = oid}), 'EX', 86400)
