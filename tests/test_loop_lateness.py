@@ -111,21 +111,16 @@ def test_a_script_whose_reply_came_while_the_loop_was_busy_does_not_time_out(
 
     async def main() -> None:
         stalls: list[float] = []
-        client = connect(redis_server.url, cluster=False, socket_timeout=0.05,
-                         connect_timeout=1, retries=0)  # fmt: skip
-        wire = _stalling_after_write(stalls)(client.connection_pool.connection_kwargs)
+        wire = _store_wire(redis_server, _stalling_after_write(stalls))
         try:
             assert await wire.call("PING") == b"PONG"
             for attempt in range(3):
-                stalls.append(4 * 0.05)
-                assert (
-                    await wire.call("ECHO", f"late-{attempt}")
-                    == f"late-{attempt}".encode()
-                )
+                stalls.append(2 * STORE_TIMEOUT)
+                word = f"late-{attempt}".encode()
+                assert await wire.call("ECHO", word) == word
                 assert not stalls, "the stall happened"
         finally:
             await wire.aclose()
-            await client.aclose()
 
     _run(factory, main())
 
@@ -139,21 +134,18 @@ def test_a_command_sent_right_after_a_stall_keeps_the_connection(
     on the same connection, and the earlier one gets its reply."""
 
     async def main() -> None:
-        client = connect(redis_server.url, cluster=False, socket_timeout=0.05,
-                         connect_timeout=1, retries=0)  # fmt: skip
-        wire = Wire(client.connection_pool.connection_kwargs)
+        wire = _store_wire(redis_server, Wire)
         try:
             first = await wire.call("CLIENT", "ID")
             waiting = asyncio.ensure_future(wire.call("PING"))
             await asyncio.sleep(0)  # written
-            _busy(4 * 0.05)  # Redis answers while the loop is busy
+            _busy(2 * STORE_TIMEOUT)  # Redis answers while the loop is busy
             later = wire.send("CLIENT", "ID")
             assert later is not None, "the connection was given up"
             assert await waiting == b"PONG"
             assert await later == first
         finally:
             await wire.aclose()
-            await client.aclose()
 
     _run(factory, main())
 
@@ -364,6 +356,12 @@ async def test_a_hung_redis_fails_even_while_the_loop_stays_busy(
 
 # The service's own store timeouts, short so a stall outlasts them.
 STORE_TIMEOUT = 0.1
+
+
+def _store_wire(redis_server: RedisServer, kind: type[Wire]) -> Wire:
+    """A store client's wire to the server, with its timeout and no retry."""
+    options = {"port": redis_server.port, "socket_timeout": STORE_TIMEOUT}
+    return kind({"host": "127.0.0.1", **options})
 
 
 def _store(url: str) -> Redis:
