@@ -111,6 +111,12 @@ class _Replies(asyncio.Protocol):
         self.lost = True
         self.fail(RedisConnectionError(f"connection to Redis lost: {exc or 'closed'}"))
 
+    def unwatch(self) -> None:
+        """Stop the socket timeout's timer: the connection is given up."""
+        if self.watchdog is not None:
+            self.watchdog.cancel()
+            self.watchdog = None
+
     def fail(self, error: Exception) -> None:
         """Give every waiting command this error."""
         while self.waiting:
@@ -307,9 +313,7 @@ class Wire:
 
     def _drop(self, replies: _Replies) -> None:
         replies.lost = True
-        if replies.watchdog is not None:
-            replies.watchdog.cancel()
-            replies.watchdog = None
+        replies.unwatch()
         replies.fail(RedisTimeout("Redis did not answer in time"))
         if replies.transport is not None:
             replies.transport.abort()
@@ -362,8 +366,10 @@ class Wire:
 
     async def aclose(self) -> None:
         """Close the connection; commands still waiting fail."""
-        if self._replies is not None and self._replies.transport is not None:
-            self._replies.transport.close()
+        if (replies := self._replies) is not None:
+            replies.unwatch()
+            if replies.transport is not None:
+                replies.transport.close()
         self._replies = None
 
 
