@@ -1,4 +1,4 @@
-"""A prepared response sends, byte for byte, what aiohttp's own path would."""
+"""Prepared and direct responses send, byte for byte, what aiohttp's own path would."""
 
 from __future__ import annotations
 
@@ -11,7 +11,12 @@ from aiohttp import web, web_response
 from aiohttp.test_utils import TestServer
 
 from service.web.headers import SecurityHeaders
-from service.web.representation import PreparedResponse, Variant, prepare
+from service.web.representation import (
+    DirectResponse,
+    PreparedResponse,
+    Variant,
+    prepare,
+)
 
 _DATE = re.compile(rb"\r\nDate: [^\r]*\r\n")
 
@@ -33,6 +38,19 @@ def _denial() -> Variant:
     return Variant(body=b'{"error": "RATE_LIMITED"}', headers=headers, status=429)
 
 
+def _answered(kind: type[web.Response], status: int) -> web.Response:
+    """An /api JSON answer as its handler and the layers leave it."""
+    response = kind(
+        status=status,
+        body='{"items": ["流光"]}'.encode(),
+        content_type="application/json",
+        headers={"Cache-Control": "no-store"},
+    )
+    response.headers.update({"RateLimit-Policy": '"a";q=9;w=60', "RateLimit": "x"})
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
 @pytest.fixture
 async def server() -> AsyncIterator[TestServer]:
     app = web.Application()
@@ -46,6 +64,17 @@ async def server() -> AsyncIterator[TestServer]:
 
         app.router.add_get(f"/fast{name}", fast)
         app.router.add_get(f"/plain{name}", plain)
+    for status in (200, 202, 429):
+
+        async def direct(request: web.Request, s: int = status) -> web.Response:
+            return _answered(DirectResponse, s)
+
+        async def aiohttps(request: web.Request, s: int = status) -> web.Response:
+            return _answered(web.Response, s)
+
+        for method in ("GET", "POST", "DELETE"):
+            app.router.add_route(method, f"/fast-direct{status}", direct)
+            app.router.add_route(method, f"/plain-direct{status}", aiohttps)
     test_server = TestServer(app)
     await test_server.start_server()
     yield test_server
@@ -124,3 +153,29 @@ async def test_a_header_with_a_line_break_is_refused_when_the_head_is_built() ->
     variant = Variant(body=b"x", headers={"X-Bad": "a\r\nb"}, not_modified={})
     with pytest.raises(ValueError, match="line break"):
         variant.head()
+
+
+@pytest.mark.parametrize("status", [200, 202, 429])
+@pytest.mark.parametrize(
+    "template",
+    [
+        b"GET PATH HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"HEAD PATH HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"POST PATH HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}",
+        b"DELETE PATH HTTP/1.1\r\nHost: x\r\n\r\n",
+        b"GET PATH HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"GET PATH HTTP/1.0\r\nHost: x\r\n\r\n",
+        b"POST PATH HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\n"
+        b"Content-Length: 0\r\n\r\n",
+    ],
+    ids=["get", "head", "post", "delete", "close", "http10", "http10-keep-alive"],
+)
+async def test_a_direct_response_sends_the_bytes_aiohttp_would(
+    server: TestServer, template: bytes, status: int
+) -> None:
+    fast, plain = await _both(
+        server, template.replace(b"PATH", b"PATH-direct%d" % status)
+    )
+    assert fast == plain
+    assert fast.startswith(b"HTTP/1.")
+    assert b"Content-Length: " in fast

@@ -14,6 +14,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
 from ..web.hardening import close_after_response
+from ..web.representation import DirectResponse
 from .codings import body_coding, decode_body
 from .errors import ApiError
 
@@ -124,7 +125,7 @@ def _refuse_lone_surrogates(data: Any, fields: Set[str]) -> None:
 
 def json_response(data: Any, *, status: int = 200) -> web.Response:
     """Answer JSON that no cache may keep."""
-    return web.Response(
+    return DirectResponse(
         status=status,
         body=json.dumps(data, ensure_ascii=False).encode(),
         content_type="application/json",

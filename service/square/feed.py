@@ -25,6 +25,7 @@ from ..api.query import read_limit
 from ..auth.sessions import anonymous
 from ..limits.keys import DEGRADED, READ_ALONG
 from ..store.deadline import within
+from ..web.representation import DirectResponse
 
 # All square keys share one hash tag, so every write is one atomic step on Cluster too.
 PREFIX: Final = "studio:square:{square}"
@@ -365,7 +366,7 @@ def _now_iso() -> str:
 
 
 def _json(body: bytes) -> web.Response:
-    return web.Response(
+    return DirectResponse(
         body=body,
         content_type="application/json",
         headers={"Cache-Control": CACHE_CONTROL},
