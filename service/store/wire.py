@@ -71,12 +71,13 @@ def _reply_error(message: str) -> ResponseError:
 class _Replies(asyncio.Protocol):
     """Hand each reply, as hiredis completes it, to the oldest command waiting."""
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        # Its loop, kept: Python 3.11's get_running_loop is a getpid system call.
+        self.loop = loop
         self.reader = hiredis.Reader(replyError=_reply_error)
         # (loop time the command went out, its future), oldest first
         self.waiting: deque[tuple[float, asyncio.Future[Any]]] = deque()
         self.transport: asyncio.Transport | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
         self.lost = False
         # Commands of this turn not yet written, and whom to tell when they are.
         self.corked: list[bytes] = []
@@ -85,10 +86,8 @@ class _Replies(asyncio.Protocol):
         self.watchdog: Deadline | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        """Keep the transport to write on (uvloop's is not an asyncio.Transport)
-        and its loop: Python 3.11's get_running_loop is a getpid system call."""
+        """Keep the transport to write on (uvloop's is not an asyncio.Transport)."""
         self.transport = cast(asyncio.Transport, transport)
-        self.loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:
         """Parse what came; resolve a command per whole reply."""
@@ -225,7 +224,6 @@ class Wire:
             self._write(replies, packed)
             return future
         if not replies.corked:
-            assert replies.loop is not None
             replies.loop.call_soon(self._uncork, replies)
         replies.corked.append(packed)
         return future
@@ -240,7 +238,6 @@ class Wire:
 
     def _waiting(self, replies: _Replies) -> asyncio.Future[Any]:
         """A future for the next reply on the connection, oldest first."""
-        assert replies.loop is not None
         future: asyncio.Future[Any] = replies.loop.create_future()
         replies.waiting.append((replies.loop.time(), future))
         if replies.watchdog is None and self._timeout is not None:
@@ -251,7 +248,6 @@ class Wire:
         """Time the oldest command waiting: one timer a connection, not one a
         command (a timer and a task's cancel scope cost a script run about
         6 µs of CPU here)."""
-        assert replies.loop is not None
         assert self._timeout is not None
         due = replies.waiting[0][0] + self._timeout
         left = max(0.0, due - replies.loop.time())
@@ -265,7 +261,6 @@ class Wire:
         replies.watchdog = None
         if replies.lost or not replies.waiting:
             return
-        assert replies.loop is not None
         assert self._timeout is not None
         if replies.loop.time() - replies.waiting[0][0] >= self._timeout:
             self._drop(replies)  # its reply is late, and every later one behind it
@@ -320,13 +315,14 @@ class Wire:
 
     async def _connect(self) -> _Replies:
         loop = asyncio.get_running_loop()
+        protocol = partial(_Replies, loop)
         try:
             with patiently(self._connect_timeout):
                 if self._path:
-                    _, replies = await loop.create_unix_connection(_Replies, self._path)
+                    _, replies = await loop.create_unix_connection(protocol, self._path)
                 else:
                     _, replies = await loop.create_connection(
-                        _Replies, self._host, self._port
+                        protocol, self._host, self._port
                     )
                 await self._hello(replies)
         except TimeoutError:
@@ -345,20 +341,16 @@ class Wire:
             commands.append(("SELECT", self._db))
         if not commands:
             return
-        loop = asyncio.get_running_loop()
-        futures = []
-        assert replies.transport is not None
-        for command in commands:
-            future: asyncio.Future[Any] = loop.create_future()
-            replies.waiting.append((loop.time(), future))
-            replies.transport.write(hiredis.pack_command(command))
-            futures.append(future)
+        futures = [self._waiting(replies) for _ in commands]
+        self._write(replies, b"".join(hiredis.pack_command(c) for c in commands))
         for command, future in zip(commands, futures, strict=True):
             try:
                 await future
             except ResponseError as err:
                 for later in futures:
                     later.cancel()
+                replies.unwatch()
+                assert replies.transport is not None
                 replies.transport.abort()
                 if command[0] == "AUTH":
                     raise AuthenticationError(str(err)) from err

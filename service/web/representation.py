@@ -96,6 +96,24 @@ def _direct_writer(
     return writer
 
 
+def _hand_head(
+    response: web.Response,
+    request: web.BaseRequest,
+    writer: StreamWriter,
+    head: bytes,
+    length: int | None,
+) -> StreamWriter:
+    """Give the writer a serialized head, as aiohttp's `_start` leaves it; the
+    body follows on write_eof."""
+    response._req = request
+    response._payload_writer = writer
+    response._keep_alive = True
+    writer.length = length
+    writer._headers_buf = head
+    writer._headers_written = False
+    return writer
+
+
 class PreparedResponse(web.Response):
     """Send a variant with a head serialized once a second, not per request.
 
@@ -118,13 +136,8 @@ class PreparedResponse(web.Response):
         writer = _direct_writer(self, request)
         if writer is None or request.method != hdrs.METH_GET:
             return await super()._start(request)
-        self._req = request
-        self._payload_writer = writer
-        self._keep_alive = True
-        writer.length = len(self._variant.body)
-        writer._headers_buf = self._variant.head()
-        writer._headers_written = False
-        return writer
+        head = self._variant.head()
+        return _hand_head(self, request, writer, head, len(self._variant.body))
 
 
 class DirectResponse(web.Response):
@@ -162,14 +175,9 @@ class DirectResponse(web.Response):
         if hdrs.DATE not in headers:
             headers[hdrs.DATE] = rfc822_formatted_time()
         headers.setdefault(hdrs.SERVER, _server())
-        self._req = request
-        self._payload_writer = writer
-        self._keep_alive = True
-        writer.length = length
         status_line = f"HTTP/1.1 {self._status} {self._reason}"
-        writer._headers_buf = serialize_headers(status_line, headers)
-        writer._headers_written = False
-        return writer
+        head = serialize_headers(status_line, headers)
+        return _hand_head(self, request, writer, head, length)
 
 
 @dataclass(frozen=True, slots=True)
