@@ -14,12 +14,15 @@ from service.store.connect import connect
 from .ports import free_port
 
 T = TypeVar("T")
+# Past late_replies' 0.2 s socket timeout: the client gives the try up.
+LATE_SECONDS = 0.6
 
 
 class HangingProxy:
     """Relay to a target port; in `hang` mode accept and relay nothing, ever.
 
-    With `delay` set, every reply reaches the client that many seconds late.
+    With `delay` set, every reply reaches the client that many seconds late;
+    with `marker` set, only the reply to the first request that holds it.
     """
 
     def __init__(self, target_port: int) -> None:
@@ -27,6 +30,8 @@ class HangingProxy:
         self.port = free_port()
         self.hang = False
         self.delay = 0.0
+        self.marker = b""
+        self._late_next = 0.0
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
 
@@ -70,8 +75,11 @@ class HangingProxy:
     ) -> None:
         with contextlib.suppress(ConnectionError, OSError):
             while data := await reader.read(65536):
-                if late and self.delay:
-                    await asyncio.sleep(self.delay)
+                if not late and self.marker and self.marker in data:
+                    self.marker, self._late_next = b"", LATE_SECONDS
+                if late and (self.delay or self._late_next):
+                    delay, self._late_next = self.delay or self._late_next, 0.0
+                    await asyncio.sleep(delay)
                 if not self.hang:
                     writer.write(data)
                     await writer.drain()
@@ -85,8 +93,13 @@ class Late:
     def __init__(self, proxy: HangingProxy) -> None:
         self._proxy = proxy
 
-    async def __call__(self, operation: Awaitable[T]) -> T:
-        self._proxy.delay = 0.6
+    async def __call__(self, operation: Awaitable[T], marker: bytes = b"") -> T:
+        """Run it with its first try's reply late: every reply in its first
+        0.1 s, or, given a marker, only the reply to the request holding it."""
+        if marker:
+            self._proxy.marker = marker
+            return await operation
+        self._proxy.delay = LATE_SECONDS
         running = asyncio.ensure_future(operation)
         await asyncio.sleep(0.1)  # the first try is out and has run
         self._proxy.delay = 0.0

@@ -20,12 +20,15 @@ from service.auth.identity import Keyring
 from service.auth.sessions import SessionStore
 from service.keys import SETTINGS
 from service.moderation.log import ModerationLog
+from service.square.feed import SquareStore
 from service.store.embedded import MailCatcher, RedisServer
 from service.studio.generations import GenerationStore
 from service.studio.ledger import Ledger
 from service.studio.media.store import DirectoryStore, new_key
 from service.studio.worker import _succeed_args
+from service.studio.works import WorkStore
 
+from .chaos import late_replies
 from .conftest import TEST_SECRET, Client, SettingsFactory, forget_limits
 from .processes import studio_environ
 from .workbench import Finished, sign_in, studio_command
@@ -308,6 +311,55 @@ async def test_delete_removes_the_work_its_media_and_others_favorites(
     assert not media.path(work["media_key"]).exists()
     assert not media.path(work["thumb_key"]).exists()
     assert (await owner.delete(f"/api/works/{work['id']}")).status == 404
+
+
+async def test_a_delete_retried_after_its_reply_was_lost_still_clears_everything(
+    redis_server: RedisServer, redis: Redis, tmp_path: Path
+) -> None:
+    """The first try deleted the work; the retry answers its record, not 404, so
+    the fans' lists are cleared and the caller deletes the media."""
+    ledger = Ledger(redis, trial_credits=10, expire_months=24)
+    for account in ("own1", "fan1"):
+        await ledger.open(account, f"{account}@example.com", account * 8)
+    (work,) = await make_works(redis, tmp_path, "own1", 1)
+    works = WorkStore(redis, SquareStore(redis))
+    await works.publish("own1", work["id"])
+    await works.favorite("fan1", work["id"], True)
+    async with late_replies(redis_server.port) as (slow, late):
+        record = await late(
+            WorkStore(slow, SquareStore(slow)).delete("own1", work["id"]),
+            marker=b"delete",
+        )
+    assert (record["id"], record["media_key"]) == (work["id"], work["media_key"])
+    assert not await redis.exists(f"studio:acct:{{own1}}:work:{work['id']}")
+    assert await redis.zcard("studio:acct:{fan1}:favs") == 0
+    assert await redis.hlen("studio:acct:{fan1}:favowner") == 0
+
+
+async def test_a_hiding_report_retried_after_its_reply_was_lost_still_hides(
+    redis_server: RedisServer, redis: Redis, tmp_path: Path
+) -> None:
+    """The first try counted the last reporter and hid the work; the retry says
+    HIDE, not REPEAT, so the work leaves the square and the log gets its record."""
+    ledger = Ledger(redis, trial_credits=10, expire_months=24)
+    for account in ("own2", "rep1", "rep2"):
+        await ledger.open(account, f"{account}@example.com", account * 8)
+    (work,) = await make_works(redis, tmp_path, "own2", 1)
+    square = SquareStore(redis)
+    works = WorkStore(redis, square)
+    await works.publish("own2", work["id"])
+    assert await works.report("rep1", work["id"], 2) == ("OK", "own2")
+    async with late_replies(redis_server.port) as (slow, late):
+        outcome = await late(
+            WorkStore(slow, SquareStore(slow)).report("rep2", work["id"], 2),
+            marker=b"report",
+        )
+    assert outcome == ("HIDE", "own2")
+    assert await square.owner(work["id"]) is None
+    reports = f"studio:acct:{{own2}}:work:{work['id']}:reports"
+    assert await redis.scard(reports) == 2
+    # A later repeat by the same reporter is a new call: REPEAT, as before.
+    assert await works.report("rep2", work["id"], 2) == ("REPEAT", "own2")
 
 
 async def test_a_thousand_concurrent_favorites_count_exactly_a_thousand(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,8 +73,12 @@ class WorkStore:
         self._script = redis.register_script(_SCRIPT)
         self._mark = redis.register_script(_MARK)
 
-    async def _run(self, owner: str, *args: str | int) -> list[Any]:
-        reply = await self._script(keys=[account_key(owner)], args=list(args))
+    async def _run(self, owner: str, *args: str | int, once: bool = False) -> list[Any]:
+        """Run an action; `once` for one a retry must not redo (works.lua)."""
+        keys = [account_key(owner)]
+        if once:  # the call's own key, where its reply is kept for a retry
+            keys.append(f"{keys[0]}:call:{secrets.token_hex(8)}")
+        reply = await self._script(keys=keys, args=list(args))
         if text(reply[0]) == "NOT_FOUND":
             raise WorkNotFound
         if text(reply[0]) == "REMOVED":
@@ -134,7 +139,7 @@ class WorkStore:
         if not await self._redis.exists(f"{account_key(me)}:work:{wid}"):
             raise WorkNotFound
         await self._square.remove(wid)
-        _, raw, fans = await self._run(me, "delete", wid)
+        _, raw, fans = await self._run(me, "delete", wid, once=True)
         async with self._redis.pipeline(transaction=False) as pipe:
             for fan in fans:
                 fan_key = account_key(text(fan))
@@ -183,7 +188,7 @@ class WorkStore:
             if hidden is None:
                 raise
             owner = text(hidden)
-        reply = await self._run(owner, "report", wid, me, threshold)
+        reply = await self._run(owner, "report", wid, me, threshold, once=True)
         outcome = text(reply[0])
         if outcome == "HIDE":
             # Whose it is is kept before it leaves the square, so a report that

@@ -1,9 +1,22 @@
 -- A person's works, their favorites and reports; KEYS[1] is the owner's account
 -- hash studio:acct:{<uid>} and every key derives from it (one slot).
 -- ARGV[1] = action, ARGV[2] = work id.
+-- KEYS[2], given for the actions a retry could not redo (delete, report), is
+-- the call's own key in the same slot: the store's client retries a call whose
+-- reply was lost, Redis may have run the first try, and the retry must answer
+-- what it did (not NOT_FOUND or REPEAT), so its reply is kept there a minute.
 local P, action, wid = KEYS[1], ARGV[1], ARGV[2]
 local key = P .. ':work:' .. wid
 local FANS, REPORTS = key .. ':fans', key .. ':reports'
+
+if KEYS[2] then
+  local done = redis.call('GET', KEYS[2])
+  if done then return cjson.decode(done) end
+end
+local function kept(reply)
+  if KEYS[2] then redis.call('SET', KEYS[2], cjson.encode(reply), 'EX', 60) end
+  return reply
+end
 
 local raw = redis.call('GET', key)
 if not raw then return {'NOT_FOUND'} end
@@ -46,7 +59,7 @@ if action == 'delete' then
   end
   redis.call('DEL', key, FANS, REPORTS, key .. ':cols')
   redis.call('ZREM', P .. ':works', wid)
-  return {'OK', raw, fans}
+  return kept({'OK', raw, fans})
 end
 
 if action == 'favorite' or action == 'unfavorite' then
@@ -77,9 +90,9 @@ if action == 'report' then
   if redis.call('SCARD', REPORTS) >= tonumber(ARGV[4]) then
     work.hidden = true
     save()
-    return {'HIDE'}
+    return kept({'HIDE'})
   end
-  return {'OK'}
+  return kept({'OK'})
 end
 
 if action == 'restore' then
