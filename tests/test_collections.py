@@ -6,12 +6,18 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from aiohttp import ClientResponse
 from redis.asyncio import Redis
 
-from service.store.embedded import MailCatcher
-from service.studio.collections import MAX_COLLECTIONS
+from service.store.embedded import MailCatcher, RedisServer
+from service.studio.collections import (
+    MAX_COLLECTIONS,
+    CollectionNotFound,
+    Collections,
+)
 
+from .chaos import late_replies
 from .conftest import Client, MakeClient
 from .test_library import make_works
 from .workbench import sign_in
@@ -163,3 +169,22 @@ async def test_a_collection_pages_with_its_own_cursor_and_takes_q(
     assert seen == [w["id"] for w in reversed(works)]
     assert len(await _ids(me, f"collection={box['id']}&q=灯笼")) == 5
     assert await _ids(me, f"collection={box['id']}&q=harbour") == []
+
+
+async def test_a_create_or_delete_retried_after_its_reply_was_lost_answers_as_it_did(
+    redis_server: RedisServer, redis: Redis
+) -> None:
+    """The first try ran: a create at the last free place is not refused for
+    itself (LIMIT_REACHED), nor made twice; a delete is not a 404."""
+    store = Collections(redis)
+    for index in range(MAX_COLLECTIONS - 1):
+        await store.create("col1", f"c{index}")
+    async with late_replies(redis_server.port) as (slow, late):
+        retried = Collections(slow)
+        made = await late(retried.create("col1", "last"), marker=b"create")
+        assert await store.exists("col1", made["id"])
+        assert await redis.zcard("studio:acct:{col1}:cols") == MAX_COLLECTIONS
+        await late(retried.delete("col1", made["id"]), marker=b"delete")
+    assert not await store.exists("col1", made["id"])
+    with pytest.raises(CollectionNotFound):  # a new call finds it gone
+        await store.delete("col1", made["id"])

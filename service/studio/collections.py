@@ -43,8 +43,12 @@ class Collections:
         self._redis = redis
         self._script = redis.register_script(_SCRIPT)
 
-    async def _run(self, account_id: str, *args: str | int) -> None:
-        reply = await self._script(keys=[account_key(account_id)], args=list(args))
+    async def _run(self, account_id: str, *args: str | int, once: bool = False) -> None:
+        """Run an action; `once` for one a retry must not redo (collections.lua)."""
+        keys = [account_key(account_id)]
+        if once:  # the call's own key, where its outcome is kept for a retry
+            keys.append(f"{keys[0]}:call:{secrets.token_hex(8)}")
+        reply = await self._script(keys=keys, args=list(args))
         outcome = text(reply[0])
         if outcome == "NOT_FOUND":
             raise CollectionNotFound
@@ -64,7 +68,7 @@ class Collections:
 
     async def delete(self, account_id: str, cid: str) -> None:
         """Delete a collection; its works stay in the library."""
-        await self._run(account_id, "delete", cid)
+        await self._run(account_id, "delete", cid, once=True)
 
     async def put(self, account_id: str, cid: str, wid: str, on: bool) -> None:
         """Add a work of mine to a collection, or take it out (both idempotent)."""

@@ -4,13 +4,18 @@
 -- created_at), P:col:<id>:works (zset work id -> adding number),
 -- P:work:<wid>:cols (set of the collections a work is in; works.lua's delete
 -- takes the work out of each).
--- ARGV[1] = action, then its arguments.
+-- ARGV[1] = action, then its arguments. KEYS[2], given for a delete, is the
+-- call's own key in the same slot: a retry of a call whose reply was lost
+-- (Redis may have run it) answers what the first try did, not NOT_FOUND.
 local P, action = KEYS[1], ARGV[1]
 local COLS = P .. ':cols'
 local function col(id) return P .. ':col:' .. id end
 
+if KEYS[2] and redis.call('GET', KEYS[2]) then return {'OK'} end
+
 if action == 'create' then
-  -- ARGV: id, name, created_at, most
+  -- ARGV: id (drawn once per call: a retry finds it made), name, created_at, most
+  if redis.call('ZSCORE', COLS, ARGV[2]) then return {'OK'} end
   if redis.call('ZCARD', COLS) >= tonumber(ARGV[5]) then return {'LIMIT_REACHED'} end
   redis.call('HSET', col(ARGV[2]), 'name', ARGV[3], 'created_at', ARGV[4])
   redis.call('ZADD', COLS, redis.call('HINCRBY', P, 'colseq', 1), ARGV[2])
@@ -32,6 +37,7 @@ if action == 'delete' then
   end
   redis.call('DEL', col(id), col(id) .. ':works')
   redis.call('ZREM', COLS, id)
+  if KEYS[2] then redis.call('SET', KEYS[2], 'OK', 'EX', 60) end
   return {'OK'}
 end
 
