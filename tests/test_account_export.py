@@ -24,13 +24,15 @@ from PIL import Image
 from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
 
+from service.account.exports import QUEUE, ExportStore, ExportTooSoon
 from service.app import create_app
 from service.content import load_content
 from service.payments.orders import OrderStore, packs_of
 from service.store.embedded import MailCatcher, RedisServer
-from service.studio.ledger import text
+from service.studio.ledger import Ledger, text
 from service.studio.media.store import DirectoryStore, new_key
 
+from .chaos import late_replies
 from .cluster import Cluster
 from .conftest import Client, Env, SettingsFactory, forget_limits
 from .raw_http import exchange
@@ -622,3 +624,21 @@ async def test_an_export_is_built_and_served_on_redis_cluster(
     assert len(sessions) == 1
     response = await client.post("/api/account/export", headers=me.cookie)
     assert response.status == 429
+
+
+async def test_a_request_retried_after_its_reply_was_lost_is_answered_and_queued(
+    redis_server: RedisServer, redis: Redis
+) -> None:
+    """The first try recorded the export; the retry answers it (not TOO_SOON,
+    which would leave it unqueued and refuse the person for a day)."""
+    ledger = Ledger(redis, trial_credits=0, expire_months=24)
+    for account in ("exp0", "exp1"):
+        await ledger.open(account, f"{account}@example.com", account * 8)
+    await ExportStore(redis).request("exp0")  # the script is loaded: tries run it
+    async with late_replies(redis_server.port) as (slow, late):
+        fields = await late(ExportStore(slow).request("exp1"), marker=b"request")
+    assert fields["status"] == "pending"
+    assert await redis.zcard("studio:acct:{exp1}:exports") == 1
+    assert await redis.zscore(QUEUE, f"exp1/{fields['id']}") is not None
+    with pytest.raises(ExportTooSoon):  # a new request within the day is refused
+        await ExportStore(redis).request("exp1")

@@ -7,6 +7,9 @@ local INDEX, EXPORT = P .. ':exports', P .. ':export:' .. eid
 if action == 'request' then
   -- ARGV: now epoch, now_iso, window (s), record ttl (s).
   -- One export per window: a pending or ready one made within it refuses.
+  -- The id is drawn once per call: a retry whose first try ran (its reply
+  -- lost) finds its export made, and answers it rather than TOO_SOON.
+  if redis.call('EXISTS', EXPORT) == 1 then return {'OK', redis.call('HGETALL', EXPORT)} end
   if redis.call('EXISTS', P) == 0 then return {'NO_ACCOUNT'} end
   if redis.call('HEXISTS', P, 'deleting') == 1 then return {'ACCOUNT_DELETING'} end
   local now, window = tonumber(ARGV[3]), tonumber(ARGV[5])
