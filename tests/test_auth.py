@@ -10,8 +10,10 @@ from collections import Counter
 import pytest
 from redis.asyncio import Redis
 
-from service.store.embedded import MailCatcher
+from service.auth.codes import CodeStore, Verdict, code_key
+from service.store.embedded import MailCatcher, RedisServer
 
+from .chaos import late_replies
 from .conftest import Client, forget_limits, latest_code
 
 
@@ -385,3 +387,22 @@ async def test_an_internationalised_domain_is_mailed_in_its_ascii_form(
     )
     assert verify.status == 200
     assert (await verify.json())["user"]["email"] == unicode_address
+
+
+async def test_a_code_check_retried_after_its_reply_was_lost_signs_in(
+    redis_server: RedisServer, redis: Redis
+) -> None:
+    """The first try spent the right code; the retry says OK (not NO_CODE), a
+    wrong code's retry spends no second attempt, and the spent code stays spent."""
+    store = CodeStore(redis, "k" * 32)
+    await store.verify("addr0", "bind0", "00000000")  # the script is loaded
+    code, _ = await store.issue("addr1", "bind1")
+    wrong = f"{(int(code) + 1) % 10**8:08d}"
+    async with late_replies(redis_server.port) as (slow, late):
+        retried = CodeStore(slow, "k" * 32)
+        bad = await late(retried.verify("addr1", "bind1", wrong), marker=b"EVALSHA")
+        assert bad is Verdict.BAD
+        assert await redis.hget(code_key("addr1", "bind1"), "a") == b"1"
+        ok = await late(retried.verify("addr1", "bind1", code), marker=b"EVALSHA")
+    assert ok is Verdict.OK
+    assert await store.verify("addr1", "bind1", code) is Verdict.NO_CODE

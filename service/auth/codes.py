@@ -19,18 +19,22 @@ _SEPARATORS: Final = re.compile(r"[\s\-]+")
 
 # Count the attempt before comparing; consume the code once; burn it on the last try.
 _VERIFY: Final = """
+-- KEYS[2] is the call's own key: a retry of a call whose reply was lost (Redis
+-- may have run it) answers what the first try did, and spends no attempt.
+local done = redis.call('GET', KEYS[2])
+if done then return done end
 local h = redis.call('HGET', KEYS[1], 'h')
 if not h then return 'NO_CODE' end
 local n = redis.call('HINCRBY', KEYS[1], 'a', 1)
+local reply = 'BAD'
 if h == ARGV[1] and n <= tonumber(ARGV[2]) then
-  redis.call('DEL', KEYS[1])
-  return 'OK'
+  reply = 'OK'
+elseif n >= tonumber(ARGV[2]) then
+  reply = 'BURNED'
 end
-if n >= tonumber(ARGV[2]) then
-  redis.call('DEL', KEYS[1])
-  return 'BURNED'
-end
-return 'BAD'
+if reply ~= 'BAD' then redis.call('DEL', KEYS[1]) end
+redis.call('SET', KEYS[2], reply, 'EX', 60)
+return reply
 """
 # Withdraw a code only if it is still ours (a newer one may have replaced it).
 _WITHDRAW: Final = """
@@ -105,6 +109,10 @@ class CodeStore:
         normalised = _SEPARATORS.sub("", submitted)
         digest = _digest(self._secret_key, address_key, normalised)
         reply = await self._verify(
-            keys=[code_key(address_key, binding)], args=[digest, MAX_ATTEMPTS]
+            keys=[
+                code_key(address_key, binding),
+                f"studio:codecall:{{{address_key}}}:{secrets.token_hex(8)}",
+            ],
+            args=[digest, MAX_ATTEMPTS],
         )
         return Verdict(reply.decode() if isinstance(reply, bytes) else reply)
