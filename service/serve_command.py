@@ -34,6 +34,7 @@ from .supervisor import Supervisor
 from .web.access_log import AccessLog
 from .web.hardening import (
     LISTEN_BACKLOG,
+    answer_own_errors_in_json,
     handler_options,
     hide_server_version,
     raise_open_files_limit,
@@ -64,10 +65,12 @@ def _worker_environ(settings: Settings, index: int) -> dict[str, str]:
 
 
 def _harden() -> None:
-    """Make slow or hostile clients cheap: descriptors, clean logs, no versions."""
+    """Make slow or hostile clients cheap: descriptors, clean logs, no versions,
+    and aiohttp's own error answers in JSON."""
     raise_open_files_limit()
     setup_log_hygiene()
     hide_server_version()
+    answer_own_errors_in_json()
 
 
 def serve(settings: Settings, *, workers: int = 1, reuse_port: bool = False) -> int:

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 import pytest
 from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
 from pytest_aiohttp import AiohttpClient
 
 from service.api.boundary import ApiBoundary
 from service.api.errors import ApiError, setup_errors
+from service.web.hardening import answer_own_errors_in_json
 
 from .conftest import Client
 from .logs import troubles
-from .raw_http import abandon
+from .raw_http import abandon, exchange
 
 
 async def test_unknown_api_path_answers_json_not_found(client: Client) -> None:
@@ -133,3 +136,58 @@ async def test_domain_errors_keep_their_code_headers_and_fields(
     assert response.headers["X-Why"] == "test"
     assert response.headers["Cache-Control"] == "no-store"
     assert await response.json() == {"error": "CONFLICT", "hint": "retry"}
+
+
+# Requests aiohttp's parser refuses before any route: each carries a marker
+# that its old text answer quoted back.
+_UNPARSABLE = (
+    b"GET /x HTTP/1.1 MARK\r\n\r\n",
+    b"MARK\x00 / HTTP/1.1\r\n\r\n",
+    b"GET /x HTTP/1.1\r\nHost: a\r\nMARK Header\r\n\r\n",
+    b"GET /x HTTP/1.1\r\nHost: a\r\nContent-Length: MARK\r\n\r\n",
+    b"GET /MARK" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n",
+    b"POST /api/auth/code HTTP/1.1\r\nHost: a\r\n"
+    b"Transfer-Encoding: chunked\r\n\r\nMARK\r\n",
+)
+
+
+@pytest.fixture
+def json_own_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """aiohttp's own answers in JSON, as `serve` and `dev` make them, for one test."""
+    monkeypatch.setattr(RequestHandler, "handle_error", RequestHandler.handle_error)
+    answer_own_errors_in_json()
+    answer_own_errors_in_json()  # twice is once
+
+
+@pytest.mark.usefixtures("json_own_errors")
+async def test_a_request_the_parser_refuses_is_answered_in_json_without_its_bytes(
+    client: Client,
+) -> None:
+    """400 {"error": "BAD_REQUEST"}, never the request's own bytes, then closed."""
+    for raw in _UNPARSABLE:
+        answer = await exchange(client.make_url("/"), raw)  # read until closed
+        head, _, body = answer.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").lower().split("\r\n")
+        assert lines[0].startswith("http/1.0 400 "), raw
+        assert "content-type: application/json" in lines
+        assert "cache-control: no-store" in lines
+        assert json.loads(body) == {"error": "BAD_REQUEST"}
+        assert b"MARK" not in answer
+
+
+@pytest.mark.usefixtures("json_own_errors")
+async def test_a_crash_outside_the_api_boundary_is_a_json_500(
+    aiohttp_client: AiohttpClient,
+) -> None:
+    """Even for a browser that asks for HTML: no traceback, no aiohttp page."""
+
+    async def broken(request: web.Request) -> web.StreamResponse:
+        raise RuntimeError("a bug")
+
+    app = web.Application()
+    app.router.add_get("/broken", broken)
+    client = await aiohttp_client(app)
+    response = await client.get("/broken", headers={"Accept": "text/html"})
+    assert response.status == 500
+    assert response.headers["Content-Type"] == "application/json"
+    assert await response.json() == {"error": "INTERNAL_ERROR"}

@@ -7,6 +7,7 @@ import smtplib
 import socket
 import subprocess
 import sys
+import urllib.parse
 import urllib.request
 from email.message import EmailMessage
 from pathlib import Path
@@ -60,6 +61,13 @@ def test_serve_answers_and_stops_cleanly(redis_server: RedisServer) -> None:
     with running("serve", variables) as (base_url, process):
         with urllib.request.urlopen(f"{base_url}/en") as response:
             assert response.headers["Content-Type"] == "text/html; charset=utf-8"
+        # A request its parser refuses: JSON, as every error (hardening.py).
+        url = urllib.parse.urlsplit(base_url)
+        with socket.create_connection((url.hostname, url.port), timeout=5) as sock:
+            sock.sendall(b"GET /x HTTP/1.1 junk\r\n\r\n")
+            answer = b"".join(iter(lambda: sock.recv(65536), b""))
+        assert answer.startswith(b"HTTP/1.0 400 ")
+        assert answer.endswith(b'\r\n\r\n{"error": "BAD_REQUEST"}')
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=15) == 0
 

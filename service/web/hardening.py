@@ -5,8 +5,9 @@ clients reach the process directly, a connection that never finishes its
 headers is held for `keepalive_timeout` (75 s under `run_app`), the process
 runs out of file descriptors long before it runs out of anything else, a
 malformed request is logged at ERROR with its raw bytes (cookies, e-mail
-addresses and codes included), and `Server` names the Python and aiohttp
-versions. `serve` and `dev` call the functions here once, at start-up.
+addresses and codes included) and answered with text quoting them back, and
+`Server` names the Python and aiohttp versions. `serve` and `dev` call the
+functions here once, at start-up.
 
 Header deadline: aiohttp 3.14 has no separate timeout for reading a request's
 headers. Its keep-alive timer is armed when a connection is accepted and re-armed
@@ -20,16 +21,19 @@ are read (`service/api/payloads.py`, uploads), and the front proxy
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import resource
 import time
 import warnings
 from collections.abc import Callable
+from http import HTTPStatus
 from typing import Any, Final
 
 from aiohttp import web, web_response
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.multipart import BadContentDispositionHeader, BadContentDispositionParam
+from aiohttp.web_protocol import RequestHandler
 
 # An idle connection, or one still sending its request line and headers, is
 # closed after this long. The front proxy keeps its upstream connections idle
@@ -51,6 +55,14 @@ SERVER_NAME: Final = "liuguang-studio"
 # Linux refuses a soft limit above fs.nr_open (1048576 by default).
 _MAX_OPEN_FILES: Final = 1 << 20
 
+# aiohttp's own answers (a request it cannot parse: 400; a crash outside the
+# /api boundary: 500) carry the codes the boundary gives these statuses.
+_OWN_ERROR_CODES: Final = {400: "BAD_REQUEST", 500: "INTERNAL_ERROR"}
+_OWN_ERROR_HEADERS: Final = {
+    "Cache-Control": "no-store",
+    "X-Content-Type-Options": "nosniff",
+}
+_JSON_ERRORS: Final = "_answers_in_json"
 _SERVER_LOGGER: Final = "aiohttp.server"
 # How aiohttp's RequestHandler.handle_error starts its log record.
 _BAD_REQUEST_MESSAGE: Final = "Error handling request"
@@ -108,6 +120,42 @@ def hide_server_version() -> None:
     so replacing that one default covers all of them at no cost per request.
     """
     setattr(web_response, "SERVER_SOFTWARE", SERVER_NAME)  # noqa: B010
+
+
+def answer_own_errors_in_json() -> None:
+    """Make the answers aiohttp gives by itself `{"error": CODE}`, as every other.
+
+    aiohttp answers a request it cannot parse (a bad request line, header or
+    chunk size, a line over the limit) with text that quotes the request's own
+    bytes back, and a crash outside the /api boundary with text or HTML. Its
+    `handle_error` still runs (it logs through the filter below, and refuses
+    when an answer was already sent); only the answer it returns is replaced.
+    The connection is closed after it, as aiohttp does.
+    """
+    handle_error = RequestHandler.handle_error
+    if getattr(handle_error, _JSON_ERRORS, False):
+        return
+
+    def json_handle_error(
+        self: RequestHandler,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        handle_error(self, request, status, exc, message)
+        code = _OWN_ERROR_CODES.get(status) or HTTPStatus(status).name
+        response = web.Response(
+            status=status,
+            body=json.dumps({"error": code}).encode(),
+            content_type="application/json",
+            headers=_OWN_ERROR_HEADERS,
+        )
+        response.force_close()
+        return response
+
+    setattr(json_handle_error, _JSON_ERRORS, True)
+    setattr(RequestHandler, "handle_error", json_handle_error)  # noqa: B010
 
 
 def close_after_response(request: web.BaseRequest) -> None:
