@@ -18,6 +18,7 @@ from service.web.hardening import raise_open_files_limit
 
 from .conftest import TEST_SECRET
 from .nginx import NGINX, nginx_in_front
+from .ports import free_port
 from .processes import Output, output_of, running
 
 # Wall-clock budgets: `make test` runs this module after the parallel part, alone.
@@ -242,3 +243,53 @@ async def test_the_app_sees_the_client_address_and_not_a_forged_one(
             if '"path":"/api/models"' in line
         ]
     assert [line["client"] for line in lines] == ["127.0.0.9"]
+
+
+async def test_what_nginx_refuses_itself_is_json_with_the_exact_status(
+    stack: Stack,
+) -> None:
+    """A request nginx cannot parse, an 8 KiB request line, 8 KiB of one header,
+    a bad chunk of a body: JSON like the app's errors, not nginx's HTML pages."""
+    cases = [
+        (b"GET /x HTTP/1.1 junk\r\n\r\n", 400, "BAD_REQUEST"),
+        (b"GET /api/x HTTP/1.1\r\nHost: t\r\nBad Header\r\n\r\n", 400, "BAD_REQUEST"),
+        (
+            b"GET /api/" + b"a" * 9000 + b" HTTP/1.1\r\nHost: t\r\n\r\n",
+            414,
+            "REQUEST_URI_TOO_LONG",
+        ),
+        (
+            b"GET /en HTTP/1.1\r\nHost: t\r\nCookie: " + b"a" * 9000 + b"\r\n\r\n",
+            400,  # as the app answers a Cookie over 4 KB (CONTRACT §3)
+            "BAD_REQUEST",
+        ),
+        (
+            b"POST /api/auth/code HTTP/1.1\r\nHost: t\r\nContent-Type: "
+            b"application/json\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            400,
+            "BAD_REQUEST",
+        ),
+    ]
+    for request, status, code in cases:
+        answer, _ = await _exchange(stack.port, request)
+        head, _, body = answer.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").lower().split("\r\n")
+        assert lines[0].startswith(f"http/1.1 {status}"), (request[:40], lines[0])
+        assert "content-type: application/json" in lines
+        assert json.loads(body) == {"error": code}
+
+
+async def test_api_requests_while_the_app_is_down_get_a_json_503() -> None:
+    """Restarting or gone: 503 UNAVAILABLE with Retry-After, as the app answers
+    when its store is away, not nginx's 502 page."""
+    with nginx_in_front(f"127.0.0.1:{free_port()}") as proxy:  # nothing listens
+        for request in (
+            b"GET /api/square HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+            b"POST /api/uploads HTTP/1.1\r\nHost: t\r\nConnection: close\r\n"
+            b"Content-Length: 2\r\n\r\nab",
+            b"GET /api/events HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        ):
+            answer, _ = await _exchange(proxy.port, request)
+            assert answer.startswith(b"HTTP/1.1 503 "), answer[:60]
+            assert b"\r\nRetry-After: 5\r\n" in answer
+            assert answer.endswith(b'\r\n\r\n{"error":"UNAVAILABLE"}')
