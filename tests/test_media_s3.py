@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import signal
 import subprocess
@@ -30,11 +31,15 @@ from redis.asyncio import Redis
 
 from service.app import create_app
 from service.settings import ROOT, MediaS3Settings, SettingsError, load_settings
+from service.square.feed import SquareStore
 from service.store.embedded import MailCatcher, RedisServer
 from service.studio.keys import MEDIA
 from service.studio.media.faults import MediaRefused, RangeNotSatisfiable
+from service.studio.media.pending import PENDING, PendingMedia
 from service.studio.media.s3 import S3MediaStore
 from service.studio.media.store import MissingMedia, new_export_key, new_key
+from service.studio.takedown import withdraw_files
+from service.studio.works import WorkStore
 
 from .conftest import Client, SettingsFactory
 from .ports import twin_ports
@@ -516,3 +521,29 @@ def test_a_bucket_alone_means_aws_s3_and_the_secret_stays_out_of_reprs() -> None
     assert full.workbench.media_s3.endpoint == "https://s3.example.com"
     assert full.workbench.media_s3.region == "auto"
     assert "very-secret-value-123" not in repr(full)
+
+
+async def test_a_removed_works_files_move_to_new_keys_in_the_bucket(
+    store: S3MediaStore, redis: Redis
+) -> None:
+    """takedown.py on a bucket: the same bytes under new keys, the old gone."""
+    image, thumb = _png(), b"thumb"
+    old = {"media_key": new_key("png"), "thumb_key": new_key("webp")}
+    await store.put(old["media_key"], image)
+    await store.put(old["thumb_key"], thumb)
+    key = "studio:acct:{s3owner}:work:w1"
+    record = {"id": "w1", "generation_id": "g1", "published_at": None, **old}
+    record |= {"media_url": store.url(old["media_key"])}
+    record |= {"thumb_url": store.url(old["thumb_key"])}
+    await redis.set(key, json.dumps(record))
+    works = WorkStore(redis, SquareStore(redis))
+    assert await withdraw_files(works, store, PendingMedia(redis), "s3owner", "w1")
+    moved = json.loads(await redis.get(key) or "{}")
+    assert await store.get(moved["media_key"]) == image
+    assert await store.get(moved["thumb_key"]) == thumb
+    assert moved["media_url"] == store.url(moved["media_key"])
+    for name in ("media_key", "thumb_key"):
+        assert moved[name] != old[name]
+        with pytest.raises(MissingMedia):
+            await store.get(old[name])
+    assert await redis.zcard(PENDING) == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,12 @@ from typing import Any
 from redis.asyncio import Redis
 
 from service.moderation.log import ModerationLog
+from service.square.feed import SquareStore
 from service.store.embedded import MailCatcher, RedisServer
+from service.studio.media.pending import PENDING, PendingMedia
+from service.studio.media.store import DirectoryStore
+from service.studio.takedown import withdraw_files
+from service.studio.works import WorkStore
 
 from .conftest import TEST_SECRET, Client, MakeClient, forget_limits
 from .processes import studio_environ
@@ -30,6 +36,11 @@ async def _published(
     for work in works:
         assert (await client.post(f"/api/works/{work['id']}/publish")).status == 200
     return [work["id"] for work in works]
+
+
+async def _files(root: Path) -> list[str]:
+    """Name every media file under a directory, read in a thread."""
+    return await asyncio.to_thread(lambda: sorted(p.name for p in root.rglob("*.*")))
 
 
 async def _square(client: Client) -> list[str]:
@@ -134,7 +145,9 @@ async def test_an_operator_works_the_queue_keep_remove_and_suspend(
         assert status == 202
         ids[wid] = body["id"]
     environ = studio_environ(
-        STUDIO_REDIS_URL=redis_server.url, STUDIO_SECRET_KEY=TEST_SECRET
+        STUDIO_REDIS_URL=redis_server.url,
+        STUDIO_SECRET_KEY=TEST_SECRET,
+        STUDIO_MEDIA_DIR=str(tmp_path / "elsewhere"),  # not the app's: see below
     )
 
     async def reports(*args: str) -> Finished:
@@ -148,6 +161,13 @@ async def test_an_operator_works_the_queue_keep_remove_and_suspend(
 
     done = await reports("resolve", ids[kept], "keep", "--note", "satire")
     assert done.returncode == 0, done.stderr
+    # A command that cannot read the work's files takes it off the square and
+    # says so; the report stays open until its files have moved (takedown.py).
+    done = await reports("resolve", ids[removed], "remove")
+    assert done.returncode == 1
+    assert "could not be moved (MissingMedia" in done.stderr
+    assert sorted(await _square(visitor)) == sorted([kept, last])
+    environ["STUDIO_MEDIA_DIR"] = str(tmp_path / "media")
     done = await reports("resolve", ids[removed], "remove")
     assert done.returncode == 0, done.stderr
     assert (await reports("resolve", ids[removed], "keep")).returncode == 1
@@ -181,3 +201,59 @@ async def test_an_operator_works_the_queue_keep_remove_and_suspend(
         ("report", "suspended"),
         ("operator", "suspend"),
     ]
+
+
+async def test_a_removed_works_urls_stop_answering_and_its_author_still_sees_it(
+    studio: MakeClient,
+    mail_server: MailCatcher,
+    redis: Redis,
+    redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    """The URLs the square gave out answer 404 once an operator removes the
+    work; the author's library shows it under new ones, the same bytes; no
+    file is left over and no note pending."""
+    author, visitor = await studio(), await studio()
+    me = await sign_in(author, mail_server, new_address())
+    (wid,) = await _published(author, redis, tmp_path, me["id"], 1)
+    before = await (await author.get(f"/api/works/{wid}")).json()
+    urls = (before["media_url"], before["thumb_url"])
+    for url in urls:
+        assert (await visitor.get(url)).status == 200
+    media = tmp_path / "media"
+    files = await _files(media)
+    status, report = await _report(visitor, wid)
+    assert status == 202
+    environ = studio_environ(
+        STUDIO_REDIS_URL=redis_server.url,
+        STUDIO_SECRET_KEY=TEST_SECRET,
+        STUDIO_MEDIA_DIR=str(media),
+    )
+    done = await studio_command(
+        "reports", "resolve", report["id"], "remove", environ=environ
+    )
+    assert done.returncode == 0, done.stderr
+    for url in urls:
+        assert (await visitor.get(url)).status == 404, url
+    after = await (await author.get(f"/api/works/{wid}")).json()
+    assert after["removed_at"]
+    moved = (after["media_url"], after["thumb_url"])
+    assert not set(moved) & set(urls)
+    bodies = [await (await author.get(url)).read() for url in moved]
+    assert bodies == [b"data", b"thumb"]  # as make_works stored them
+    now = await _files(media)
+    assert len(now) == len(files)
+    assert not set(now) & set(files)
+    assert await redis.zcard(PENDING) == 0
+
+
+async def test_withdrawing_a_work_that_is_gone_leaves_nothing(
+    redis: Redis, tmp_path: Path
+) -> None:
+    """Deleted by its author meanwhile: no copy, no note."""
+    media = DirectoryStore(tmp_path / "media")
+    works = WorkStore(redis, SquareStore(redis))
+    pending = PendingMedia(redis)
+    assert not await withdraw_files(works, media, pending, "nobody", "gone")
+    assert await _files(tmp_path) == []
+    assert await redis.zcard(PENDING) == 0

@@ -154,6 +154,11 @@ class DeletionStore:
         )
 
     @property
+    def media(self) -> MediaStore:
+        """The media store it deletes works' files from."""
+        return self._media
+
+    @property
     def accounts(self) -> AccountStore:
         """Return the account store addresses are resolved through."""
         return self._accounts

@@ -14,6 +14,8 @@ from ..account.deletion import DeletionStore
 from ..settings import Settings, SettingsError
 from ..square.feed import SquareStore
 from ..studio.media.chosen import opened_media_store
+from ..studio.media.faults import MediaUnavailable
+from ..studio.media.store import MissingMedia
 from ..studio.works import WorkStore
 from .log import ModerationLog
 from .providers.base import ProviderError
@@ -76,16 +78,25 @@ async def _reports(
         async for report in store.listed(open_only=args.open):
             _print(report)
         return OK
-    sanctions = Sanctions(redis, await _deletions(settings, redis), log)
+    deletions = await _deletions(settings, redis)
+    sanctions = Sanctions(redis, deletions, log)
     works = WorkStore(redis, SquareStore(redis))
     try:
         done = await store.decide(
-            args.report_id, args.decision, args.note, works, sanctions
+            args.report_id, args.decision, args.note, works, sanctions, deletions.media
         )
     except ReportNotFound:
         return _refuse(f"no report {args.report_id}")
     except AlreadyDecided:
         return _refuse(f"report {args.report_id} was decided before")
+    except (MissingMedia, MediaUnavailable) as err:
+        # Off the square already; the report stays open: resolving it again
+        # moves the files once the media store (media.dir, the bucket) has them.
+        return _refuse(
+            f"report {args.report_id}: the work is off the square, but its files"
+            f" could not be moved ({type(err).__name__}: {err}); check the media"
+            " settings and resolve it again"
+        )
     print(f"{done['id']} decided: {done['decision']} (work {done['work']})")
     return OK
 

@@ -27,6 +27,9 @@ from ..api.query import bad_field
 from ..auth.sessions import anonymous
 from ..square.feed import SQUARE
 from ..studio.ledger import iso, text
+from ..studio.media.pending import PendingMedia
+from ..studio.media.store import MediaStore
+from ..studio.takedown import withdraw_files
 from ..studio.works import WorkNotFound, WorkStore
 from .log import ModerationLog, Record
 from .sanctions import Sanctions
@@ -128,6 +131,7 @@ class ReportStore:
         note: str,
         works: WorkStore,
         sanctions: Sanctions,
+        media: MediaStore,
     ) -> dict[str, str]:
         """Carry out a decision, then mark the report decided and log it."""
         report = await self.get(rid)
@@ -137,6 +141,9 @@ class ReportStore:
         if decision in ("remove", "suspend"):
             with contextlib.suppress(WorkNotFound):  # deleted by its author meanwhile
                 await works.remove(author, work)
+                # The URLs the square gave out stop answering (takedown.py).
+                pending = PendingMedia(self._redis)
+                await withdraw_files(works, media, pending, author, work)
         if decision == "suspend":
             reason = note or f"report {rid}: {report['category']}"
             await sanctions.suspend(author, reason, None, source="report")

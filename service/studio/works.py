@@ -20,6 +20,11 @@ _MARK: Final = (Path(__file__).parent / "lua" / "favmark.lua").read_text()
 _PRIVATE: Final = frozenset({"media_key", "thumb_key", "hidden", "favorite"})
 
 
+# A file of a work moving: the key it holds, the new key and the new key's URL
+# (all "" for a work without that file).
+Moved = tuple[str, str, str]
+
+
 class WorkNotFound(Exception):
     """Neither mine nor published: the same answer for both."""
 
@@ -123,6 +128,11 @@ class WorkStore:
         await self._square.remove(wid)
         await self._run(owner, "remove", wid, iso(now()))
         await self._redis.hdel(HIDDEN, wid)
+
+    async def rekey(self, owner: str, wid: str, media: Moved, thumb: Moved) -> bool:
+        """Point a work at its files' new keys, if it still holds the old ones."""
+        reply = await self._run(owner, "rekey", wid, *media, *thumb)
+        return text(reply[0]) == "OK"
 
     async def unpublish(self, me: str, wid: str) -> dict[str, Any]:
         """Take my work off the square first, then mark it unpublished."""

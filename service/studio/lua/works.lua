@@ -50,6 +50,23 @@ if action == 'remove' then
   return {'OK', cjson.encode(work)}
 end
 
+if action == 'rekey' then
+  -- ARGV: for the media then the thumbnail, the key the work holds, the new
+  -- key and its URL ('' for a work without that file). A removed work's files
+  -- move to keys nobody was given (takedown.py): STALE when the work holds
+  -- other keys by now, so the caller deletes the copies instead.
+  local held = {work.media_key, work.thumb_key}
+  for i = 1, 2 do
+    local key = held[i]
+    if key == nil or key == cjson.null then key = '' end
+    if key ~= ARGV[3 * i] then return {'STALE'} end
+  end
+  if ARGV[3] ~= '' then work.media_key, work.media_url = ARGV[4], ARGV[5] end
+  if ARGV[6] ~= '' then work.thumb_key, work.thumb_url = ARGV[7], ARGV[8] end
+  save()
+  return {'OK'}
+end
+
 if action == 'delete' then
   -- Returns the work (for its media) and who favorited it (their lists shrink).
   local fans = redis.call('SMEMBERS', FANS)
