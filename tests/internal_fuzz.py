@@ -211,8 +211,8 @@ def serving(settings: Settings, port: int, mail: MailCatcher) -> Iterator[Served
 def _seed(served: Served, run: Callable[[Awaitable[Any]], Any]) -> dict[str, list[str]]:
     """Give the signed-in account real things for the fuzzer to aim at.
 
-    A generation that succeeded (its three works, one published, one to be
-    deleted), one left queued, an order with a QR code, an export: path
+    A generation that succeeded (its three works, one published and reported,
+    one to be deleted), one left queued, an order with a QR code, an export: path
     parameters can then name something that exists, so the fuzz reaches each
     handler past its 404. Keys are parameter names, or `operationId:name`.
     """
@@ -226,6 +226,9 @@ def _seed(served: Served, run: Callable[[Awaitable[Any]], Any]) -> dict[str, lis
     finally:
         run(_stop_worker(stop, task))
     served.post(f"/api/works/{works[0]}/publish")
+    report = served.post(
+        f"/api/square/{works[0]}/report", {"reason": "a test", "category": "other"}
+    )["id"]
     queued = served.post(
         "/api/generations", {"model": "flux-kontext-pro", "prompt": "a quiet harbour"}
     )["id"]
@@ -241,6 +244,7 @@ def _seed(served: Served, run: Callable[[Awaitable[Any]], Any]) -> dict[str, lis
         "work_id": works[:1],
         "oid": [order],
         "eid": [export],
+        "report_id": [report],
     }
 
 

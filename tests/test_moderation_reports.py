@@ -257,3 +257,48 @@ async def test_withdrawing_a_work_that_is_gone_leaves_nothing(
     assert not await withdraw_files(works, media, pending, "nobody", "gone")
     assert await _files(tmp_path) == []
     assert await redis.zcard(PENDING) == 0
+
+
+async def test_a_reporter_reads_how_the_report_stands_by_its_id(
+    studio: MakeClient,
+    mail_server: MailCatcher,
+    redis: Redis,
+    redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    """received, then decided: kept or removed (a suspension reads as removed:
+    nothing about the author); an id that is not a report's is a 404."""
+    author, visitor = await studio(), await studio()
+    me = await sign_in(author, mail_server, new_address())
+    kept, removed = await _published(author, redis, tmp_path, me["id"], 2)
+    ids = [(await _report(visitor, wid))[1]["id"] for wid in (kept, removed)]
+    response = await visitor.get(f"/api/reports/{ids[0]}")
+    assert response.status == 200
+    assert response.headers["Cache-Control"] == "no-store"
+    assert "RateLimit" in response.headers  # per address, as reporting is
+    received = await response.json()
+    assert received["status"] == "received"
+    assert (received["outcome"], received["decided_at"]) == (None, None)
+    assert received["due_at"] > received["created_at"]
+    environ = studio_environ(
+        STUDIO_REDIS_URL=redis_server.url,
+        STUDIO_SECRET_KEY=TEST_SECRET,
+        STUDIO_MEDIA_DIR=str(tmp_path / "media"),
+    )
+    for rid, decision in zip(ids, ("keep", "suspend"), strict=True):
+        done = await studio_command(
+            "reports", "resolve", rid, decision, environ=environ
+        )
+        assert done.returncode == 0, done.stderr
+    for rid, outcome in zip(ids, ("kept", "removed"), strict=True):
+        decided = await (await visitor.get(f"/api/reports/{rid}")).json()
+        assert set(decided) == {
+            "id", "status", "outcome", "created_at", "due_at", "decided_at"
+        }  # fmt: skip
+        assert (decided["id"], decided["status"]) == (rid, "decided")
+        assert decided["outcome"] == outcome
+        assert decided["decided_at"] >= decided["created_at"]
+    for unknown in ("0" * 20, "nope", ids[0] + "0", "../" + ids[0]):
+        response = await visitor.get(f"/api/reports/{unknown}")
+        assert response.status == 404, unknown
+        assert await response.json() == {"error": "NOT_FOUND"}

@@ -189,6 +189,36 @@ def _field(body: Mapping[str, Any]) -> tuple[str, str]:
     return reason.strip(), category
 
 
+# What a reporter is told of a decision: not whether the author was suspended.
+_OUTCOMES: Final = {"keep": "kept", "remove": "removed", "suspend": "removed"}
+
+
+def status_of(report: Mapping[str, str]) -> dict[str, str | None]:
+    """Describe a report as its reporter may see it: nothing about the author."""
+    decided = report["status"] == "decided"
+    return {
+        "id": report["id"],
+        "status": "decided" if decided else "received",
+        "outcome": _OUTCOMES.get(report.get("decision", "")) if decided else None,
+        "created_at": report["created_at"],
+        "due_at": report["due_at"],
+        "decided_at": report.get("decided_at") if decided else None,
+    }
+
+
+@anonymous
+async def report_status(request: web.Request) -> web.StreamResponse:
+    """Tell whoever holds a report's id how it stands: received, or decided."""
+    rid = request.match_info["report_id"]
+    if not (len(rid) == 20 and rid.isascii() and rid.isalnum()):
+        raise ApiError(404, "NOT_FOUND")
+    try:
+        report = await request.app[REPORTS].get(rid)
+    except ReportNotFound:
+        raise ApiError(404, "NOT_FOUND") from None
+    return json_response(status_of(report))
+
+
 @anonymous
 async def report_square_work(request: web.Request) -> web.StreamResponse:
     """File a report on a work in the square, signed in or not: 202 and its id."""

@@ -19,7 +19,7 @@ from ..settings import Settings
 from .log import ModerationLog
 from .prompts import MODERATION, Moderation
 from .providers.chosen import fetch_warning, provider_for
-from .reports import REPORTS, ReportStore, report_square_work
+from .reports import REPORTS, ReportStore, report_square_work, report_status
 from .wordlist import WatchedList, list_path
 
 _LOGGER: Final = logging.getLogger(__name__)
@@ -71,11 +71,17 @@ def moderation_ctx(
 
 
 def setup(app: web.Application) -> None:
-    """Register content safety's resources and the report route, limited per IP."""
+    """Register content safety's resources and the report routes, limited per IP."""
     gallery = app[SETTINGS].limits["gallery"]  # as the square is browsed
-    limit_routes(app, {"square_report": RouteLimit((gallery,), fail_open=False)})
+    limited = RouteLimit((gallery,), fail_open=False)
+    limit_routes(app, {"square_report": limited, "report_status": limited})
     app[API].add_routes(
-        [web.post("/square/{work_id}/report", report_square_work, name="square_report")]
+        [
+            web.post(
+                "/square/{work_id}/report", report_square_work, name="square_report"
+            ),
+            web.get("/reports/{report_id}", report_status, name="report_status"),
+        ]
     )
     # Built here, in create_app: a list that cannot be read stops start-up.
     app.cleanup_ctx.append(moderation_ctx(watched_list(app[SETTINGS])))
