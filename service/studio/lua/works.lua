@@ -43,9 +43,12 @@ end
 
 if action == 'remove' then
   -- ARGV: now_iso. An operator upheld a report: off the square for good, and
-  -- the author's library says so.
+  -- the author's library says so. Removing again (a decision carried out
+  -- once more: takedown.py) keeps the first time.
   work.published_at = cjson.null
-  work.removed_at = ARGV[3]
+  if not work.removed_at or work.removed_at == cjson.null then
+    work.removed_at = ARGV[3]
+  end
   save()
   return {'OK', cjson.encode(work)}
 end
