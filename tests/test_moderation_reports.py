@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 from service.moderation.log import ModerationLog
 from service.square.feed import SquareStore
 from service.store.embedded import MailCatcher, RedisServer
+from service.studio.ledger import Ledger
 from service.studio.media.pending import PENDING, PendingMedia
 from service.studio.media.store import DirectoryStore
 from service.studio.takedown import withdraw_files
@@ -304,3 +305,29 @@ async def test_a_reporter_reads_how_the_report_stands_by_its_id(
         response = await visitor.get(f"/api/reports/{unknown}")
         assert response.status == 404, unknown
         assert await response.json() == {"error": "NOT_FOUND"}
+
+
+async def test_a_move_against_keys_the_work_no_longer_holds_changes_nothing(
+    redis: Redis, tmp_path: Path
+) -> None:
+    """rekey answers STALE (the caller then deletes its copies), and the work
+    keeps the keys it holds."""
+    await Ledger(redis, trial_credits=5, expire_months=24).open(
+        "stale1", "stale1@example.com", "s" * 32
+    )
+    (work,) = await make_works(redis, tmp_path, "stale1", 1)
+    works = WorkStore(redis, SquareStore(redis))
+    held = (work["media_key"], work["thumb_key"])
+    moved = ("x.png", "/media/x.png")
+    assert not await works.rekey(
+        "stale1", work["id"], ("other.png", *moved), (held[1], "y.webp", "/y")
+    )
+    owned = await works.owned("stale1", work["id"])
+    assert owned is not None
+    assert (owned.record["media_key"], owned.record["thumb_key"]) == held
+    assert await works.rekey(
+        "stale1", work["id"], (held[0], *moved), (held[1], "y.webp", "/y")
+    )
+    owned = await works.owned("stale1", work["id"])
+    assert owned is not None
+    assert owned.record["media_url"] == "/media/x.png"

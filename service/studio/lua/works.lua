@@ -60,9 +60,9 @@ if action == 'rekey' then
   -- other keys by now, so the caller deletes the copies instead.
   local held = {work.media_key, work.thumb_key}
   for i = 1, 2 do
-    local key = held[i]
-    if key == nil or key == cjson.null then key = '' end
-    if key ~= ARGV[3 * i] then return {'STALE'} end
+    local file = held[i]
+    if file == nil or file == cjson.null then file = '' end
+    if file ~= ARGV[3 * i] then return {'STALE'} end
   end
   if ARGV[3] ~= '' then work.media_key, work.media_url = ARGV[4], ARGV[5] end
   if ARGV[6] ~= '' then work.thumb_key, work.thumb_url = ARGV[7], ARGV[8] end
