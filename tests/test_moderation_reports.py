@@ -39,6 +39,15 @@ async def _published(
     return [work["id"] for work in works]
 
 
+def _operator(redis_server: RedisServer, media: Path) -> dict[str, str]:
+    """The environment of an operator's command: the service's Redis and media."""
+    return studio_environ(
+        STUDIO_REDIS_URL=redis_server.url,
+        STUDIO_SECRET_KEY=TEST_SECRET,
+        STUDIO_MEDIA_DIR=str(media),
+    )
+
+
 async def _files(root: Path) -> list[str]:
     """Name every media file under a directory, read in a thread."""
     return await asyncio.to_thread(lambda: sorted(p.name for p in root.rglob("*.*")))
@@ -145,11 +154,8 @@ async def test_an_operator_works_the_queue_keep_remove_and_suspend(
         status, body = await _report(visitor, wid)
         assert status == 202
         ids[wid] = body["id"]
-    environ = studio_environ(
-        STUDIO_REDIS_URL=redis_server.url,
-        STUDIO_SECRET_KEY=TEST_SECRET,
-        STUDIO_MEDIA_DIR=str(tmp_path / "elsewhere"),  # not the app's: see below
-    )
+    # Not the app's media directory: see below.
+    environ = _operator(redis_server, tmp_path / "elsewhere")
 
     async def reports(*args: str) -> Finished:
         return await studio_command("reports", *args, environ=environ)
@@ -227,11 +233,7 @@ async def test_a_removed_works_urls_stop_answering_and_its_author_still_sees_it(
     files = await _files(media)
     status, report = await _report(visitor, wid)
     assert status == 202
-    environ = studio_environ(
-        STUDIO_REDIS_URL=redis_server.url,
-        STUDIO_SECRET_KEY=TEST_SECRET,
-        STUDIO_MEDIA_DIR=str(media),
-    )
+    environ = _operator(redis_server, media)
     done = await studio_command(
         "reports", "resolve", report["id"], "remove", environ=environ
     )
@@ -283,11 +285,7 @@ async def test_a_reporter_reads_how_the_report_stands_by_its_id(
     assert received["status"] == "received"
     assert (received["outcome"], received["decided_at"]) == (None, None)
     assert received["due_at"] > received["created_at"]
-    environ = studio_environ(
-        STUDIO_REDIS_URL=redis_server.url,
-        STUDIO_SECRET_KEY=TEST_SECRET,
-        STUDIO_MEDIA_DIR=str(tmp_path / "media"),
-    )
+    environ = _operator(redis_server, tmp_path / "media")
     for rid, decision in zip(ids, ("keep", "suspend"), strict=True):
         done = await studio_command(
             "reports", "resolve", rid, decision, environ=environ
