@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from service.studio.media.store import DirectoryStore, MissingMedia, new_key
 
 from .conftest import TEST_SECRET
 from .processes import studio_environ
@@ -38,3 +41,21 @@ def test_a_media_directory_that_cannot_keep_files_stops_the_start(
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith("studio: configuration error: STUDIO_MEDIA_DIR: "), line
     assert str(media) in line
+
+
+async def test_a_copy_holds_the_same_bytes_and_a_missing_key_is_missing(
+    tmp_path: Path,
+) -> None:
+    """copy (the takedown's move) writes whole or not at all, beside the original."""
+    store = DirectoryStore(tmp_path / "media")
+    key, new = new_key("png"), new_key("png")
+    await store.put(key, b"\x89PNG bytes")
+    await store.copy(key, new)
+    assert [piece async for piece in store.chunks(new)] == [b"\x89PNG bytes"]
+    assert [piece async for piece in store.chunks(key)] == [b"\x89PNG bytes"]
+    with pytest.raises(MissingMedia):
+        await store.copy(new_key("png"), new_key("png"))
+    names = await asyncio.to_thread(
+        lambda: sorted(p.name for p in (tmp_path / "media").rglob("*") if p.is_file())
+    )
+    assert names == sorted([key, new])  # no temporary file left behind

@@ -526,7 +526,8 @@ def test_a_bucket_alone_means_aws_s3_and_the_secret_stays_out_of_reprs() -> None
 async def test_a_removed_works_files_move_to_new_keys_in_the_bucket(
     store: S3MediaStore, redis: Redis
 ) -> None:
-    """takedown.py on a bucket: the same bytes under new keys, the old gone."""
+    """takedown.py on a bucket: the same bytes under new keys (copied in the
+    bucket), the old gone."""
     image, thumb = _png(), b"thumb"
     old = {"media_key": new_key("png"), "thumb_key": new_key("webp")}
     await store.put(old["media_key"], image)
@@ -547,3 +548,11 @@ async def test_a_removed_works_files_move_to_new_keys_in_the_bucket(
         with pytest.raises(MissingMedia):
             await store.get(old[name])
     assert await redis.zcard(PENDING) == 0
+    async with (  # copied inside the bucket, with its type and caching
+        aiohttp.ClientSession() as http,
+        http.get(await store.signed_url(moved["media_key"])) as answer,
+    ):
+        assert answer.headers["Content-Type"] == "image/png"
+        assert answer.headers["Cache-Control"] == "public, max-age=31536000, immutable"
+    with pytest.raises(MissingMedia):
+        await store.copy(old["media_key"], new_key("png"))

@@ -15,21 +15,9 @@ neither an orphan copy nor a still-public original is left behind.
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 from .media.pending import Note, PendingMedia
 from .media.store import MediaStore, new_key
 from .works import Moved, WorkStore
-
-
-async def _copy(media: MediaStore, old: str, new: str) -> None:
-    """Store a key's bytes again under another key, through a local file."""
-    with tempfile.NamedTemporaryFile(prefix="studio-takedown-") as local:
-        async for piece in media.chunks(old):
-            local.write(piece)
-        local.flush()
-        await media.put_file(new, Path(local.name))
 
 
 async def withdraw_files(
@@ -53,7 +41,7 @@ async def withdraw_files(
     await pending.note(notes)  # before any copy exists
     for old, new, _ in moves:
         if old:
-            await _copy(media, old, new)
+            await media.copy(old, new)
     done = await works.rekey(owner, wid, moves[0], moves[1])
     for old, new, _ in moves:
         if old:

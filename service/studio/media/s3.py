@@ -246,6 +246,16 @@ class S3MediaStore:
             return (await obstore.head_async(self._store, key))["size"]
         return None
 
+    async def copy(self, key: str, new: str) -> None:
+        """Copy the object inside the bucket (CopyObject: the bytes never come
+        here), with its type and caching."""
+        try:
+            await obstore.copy_async(self._store, _checked(key), _checked(new))
+        except FileNotFoundError:
+            raise MissingMedia(key) from None
+        except BaseError as error:
+            raise _unavailable(error) from None
+
     async def delete(self, key: str) -> None:
         """Delete the object; a missing key is fine (S3 answers 204 either way)."""
         try:

@@ -64,6 +64,9 @@ class MediaStore(Protocol):
     def chunks(self, key: str, size: int = CHUNK_BYTES) -> AsyncIterator[bytes]:
         """Yield a key's bytes in pieces of at most `size`; MissingMedia if none."""
 
+    async def copy(self, key: str, new: str) -> None:
+        """Store a key's bytes again under another key; MissingMedia if none."""
+
     async def delete(self, key: str) -> None:
         """Remove the bytes; a missing key is fine."""
 
@@ -105,6 +108,12 @@ class DirectoryStore:
         with path.open("rb") as source:
             self._write(key, source)
 
+    def _duplicate(self, key: str, new: str) -> None:
+        try:
+            self._copy(new, self.path(key))
+        except FileNotFoundError:
+            raise MissingMedia(key) from None
+
     async def put(self, key: str, data: bytes) -> None:
         """Write in a thread, then rename into place."""
         await asyncio.get_running_loop().run_in_executor(None, self._write, key, data)
@@ -112,6 +121,12 @@ class DirectoryStore:
     async def put_file(self, key: str, path: Path) -> None:
         """Copy the file in a thread, a chunk at a time, then rename into place."""
         await asyncio.get_running_loop().run_in_executor(None, self._copy, key, path)
+
+    async def copy(self, key: str, new: str) -> None:
+        """Copy the file in a thread, then rename the copy into place."""
+        await asyncio.get_running_loop().run_in_executor(
+            None, self._duplicate, key, new
+        )
 
     async def chunks(self, key: str, size: int = CHUNK_BYTES) -> AsyncIterator[bytes]:
         """Read the file in a thread, one piece of at most `size` at a time."""
