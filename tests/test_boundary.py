@@ -143,6 +143,7 @@ def test_the_app_has_no_aiohttp_middleware_signal_or_sub_app(
         "/api/square",
         "/api/square/{work_id}",
         "/api/square/{work_id}/report",
+        "/api/reports/{report_id}",
         "/api/models",
         "/api/credits",
         "/api/generations",

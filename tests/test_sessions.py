@@ -39,6 +39,7 @@ ANONYMOUS = {
     "square_list",
     "square_item",
     "square_report",  # anyone may report a work in the square (CONTRACT §11)
+    "report_status",  # and read how the report stands, with its id
     "models",
     "packs",
     "presets",
