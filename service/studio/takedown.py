@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from .media.pending import Note, PendingMedia
 from .media.store import MediaStore, new_key
-from .works import Moved, WorkStore
+from .works import Moved, WorkNotFound, WorkStore
 
 
 async def withdraw_files(
@@ -42,7 +42,10 @@ async def withdraw_files(
     for old, new, _ in moves:
         if old:
             await media.copy(old, new)
-    done = await works.rekey(owner, wid, moves[0], moves[1])
+    try:
+        done = await works.rekey(owner, wid, moves[0], moves[1])
+    except WorkNotFound:  # deleted by its author meanwhile: the copies go
+        done = False
     for old, new, _ in moves:
         if old:
             await media.delete(old if done else new)
