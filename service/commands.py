@@ -22,9 +22,9 @@ OPERATOR_COMMANDS = (
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Declare `works`, `credits`, `sessions`, `payments`, `account`, `keys`, ..."""
     works = commands.add_parser(
-        "works", help="take a work off the square or restore it"
+        "works", help="take a work off the square, remove it, or restore it"
     )
-    works.add_argument("action", choices=("unpublish", "restore"))
+    works.add_argument("action", choices=("unpublish", "remove", "restore"))
     works.add_argument("work_id")
     credits = commands.add_parser("credits", help="grant or take back credits")
     grant = credits.add_subparsers(dest="credits_command", required=True)

@@ -22,7 +22,12 @@ from .square.feed import SquareStore
 from .store.connect import connect
 from .store.durable import WAIT_MS, ReplicasBehind
 from .studio.ledger import MAX_ADJUST, InsufficientCredits, Ledger, UnknownAccount
-from .studio.works import WorkStore
+from .studio.media.chosen import opened_media_store
+from .studio.media.faults import MediaUnavailable
+from .studio.media.pending import PendingMedia
+from .studio.media.store import MissingMedia
+from .studio.takedown import withdraw_files
+from .studio.works import WorkNotFound, WorkStore
 
 OK: Final = 0
 REFUSED: Final = 1
@@ -41,7 +46,7 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
     )
     try:
         if args.command == "works":
-            done = await _works(redis, args.action, args.work_id)
+            done = await _works(redis, settings, args.action, args.work_id)
             if done == OK:  # an operator's decision on content: in the log
                 days = settings.workbench.moderation.log_days
                 await ModerationLog(redis, days).append(
@@ -76,17 +81,59 @@ async def run(args: argparse.Namespace, settings: Settings) -> int:
         await redis.aclose()
 
 
-async def _works(redis: Redis, action: str, work_id: str) -> int:
+_WHERE: Final = {
+    "unpublish": "in the square",
+    "remove": "in the square or hidden by reports",
+    "restore": "hidden by reports",
+}
+_DONE: Final = {"unpublish": "unpublished", "remove": "removed", "restore": "restored"}
+
+
+async def _works(redis: Redis, settings: Settings, action: str, work_id: str) -> int:
     works = WorkStore(redis, SquareStore(redis))
-    done = await (
-        works.take_down(work_id) if action == "unpublish" else works.restore(work_id)
-    )
+    if action == "remove":
+        try:
+            done = await _remove(redis, settings, works, work_id)
+        except (MissingMedia, MediaUnavailable) as err:
+            print(
+                f"studio: {work_id}: its files could not be moved"
+                f" ({type(err).__name__}: {err}), so it was not removed; check"
+                " the media settings and run it again (`studio works unpublish`"
+                " takes it off the square meanwhile)",
+                file=sys.stderr,
+            )
+            return REFUSED
+    elif action == "unpublish":
+        done = await works.take_down(work_id)
+    else:
+        done = await works.restore(work_id)
     if not done:
-        where = "in the square" if action == "unpublish" else "hidden by reports"
-        print(f"studio: no work {work_id} {where}", file=sys.stderr)
+        print(f"studio: no work {work_id} {_WHERE[action]}", file=sys.stderr)
         return REFUSED
-    print(f"{work_id} {'unpublished' if action == 'unpublish' else 'restored'}")
+    print(f"{work_id} {_DONE[action]}")
     return OK
+
+
+async def _remove(
+    redis: Redis, settings: Settings, works: WorkStore, work_id: str
+) -> bool:
+    """Remove a work found unlawful without a report: as a report's `remove`
+    does, off the square for good and its URLs dead (studio/takedown.py).
+
+    Its files move first: while they cannot, the work stays where it is and
+    can still be found by its id, so the command can be run again.
+    """
+    author = await works.author_of(work_id)
+    if author is None:
+        return False
+    media = await opened_media_store(settings.workbench)
+    if not await withdraw_files(works, media, PendingMedia(redis), author, work_id):
+        return False  # deleted by its author meanwhile
+    try:
+        await works.remove(author, work_id)
+    except WorkNotFound:
+        return False
+    return True
 
 
 def _accounts(redis: Redis, settings: Settings) -> AccountStore:

@@ -329,3 +329,42 @@ async def test_a_move_against_keys_the_work_no_longer_holds_changes_nothing(
     owned = await works.owned("stale1", work["id"])
     assert owned is not None
     assert owned.record["media_url"] == "/media/x.png"
+
+
+async def test_an_operator_removes_a_work_found_without_a_report(
+    studio: MakeClient,
+    mail_server: MailCatcher,
+    redis: Redis,
+    redis_server: RedisServer,
+    tmp_path: Path,
+) -> None:
+    """`studio works remove ID`: as a report's remove, logged; a command that
+    cannot move the files leaves the work where it was, to run again."""
+    author, visitor = await studio(), await studio()
+    me = await sign_in(author, mail_server, new_address())
+    first, second = await _published(author, redis, tmp_path, me["id"], 2)
+    before = await (await author.get(f"/api/works/{first}")).json()
+
+    async def works(action: str, wid: str, media: Path) -> Finished:
+        environ = _operator(redis_server, media)
+        return await studio_command("works", action, wid, environ=environ)
+
+    done = await works("remove", first, tmp_path / "media")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"{first} removed"
+    assert await _square(visitor) == [second]
+    after = await (await author.get(f"/api/works/{first}")).json()
+    assert after["removed_at"]
+    assert (await visitor.get(before["media_url"])).status == 404
+    assert (await author.get(after["media_url"])).status == 200
+    again = await works("remove", first, tmp_path / "media")
+    assert again.returncode == 1
+    assert "no work" in again.stderr
+    lost = await works("remove", second, tmp_path / "elsewhere")
+    assert lost.returncode == 1
+    assert "could not be moved (MissingMedia" in lost.stderr
+    assert await _square(visitor) == [second]  # still there: run it again
+    log = [r async for r in ModerationLog(redis, 180).read()]
+    assert [(r["source"], r["verdict"], r["work"]) for r in log] == [
+        ("operator", "remove", first)
+    ]

@@ -219,6 +219,13 @@ class WorkStore:
         await self._redis.hdel(HIDDEN, wid)
         return True
 
+    async def author_of(self, wid: str) -> str | None:
+        """Whose work this is, if it is in the square or hidden by reports."""
+        owner = await self._square.owner(wid)
+        if owner is None and (hidden := await self._redis.hget(HIDDEN, wid)):
+            owner = text(hidden)
+        return owner
+
     async def take_down(self, wid: str) -> bool:
         """Unpublish any work by id (an operator's decision)."""
         owner = await self._square.owner(wid)
