@@ -197,10 +197,7 @@ class Wire:
         if (replies := self._current()) is None:
             return None
         future = self._waiting(replies)
-        packed = hiredis.pack_command(args)
-        if replies.corked:
-            packed = b"".join([*replies.corked, packed])
-        self._write(replies, packed)
+        self._write(replies, hiredis.pack_command(args))
         return future
 
     def _queue(
@@ -270,15 +267,17 @@ class Wire:
     def _uncork(self, replies: _Replies) -> None:
         """Write the turn's commands at once (a lost connection failed them)."""
         if replies.corked and not replies.lost:
-            self._write(replies, b"".join(replies.corked))
+            self._write(replies, b"")
         replies.corked.clear()
         replies.on_write.clear()
 
     def _write(self, replies: _Replies, packed: bytes) -> None:
-        """Put bytes on the wire; the corked commands are out with them."""
+        """Put the turn's corked commands on the wire, then these bytes."""
         assert replies.transport is not None
+        if replies.corked:
+            packed = b"".join([*replies.corked, packed])
+            replies.corked.clear()
         self.write_command(replies.transport, packed)
-        replies.corked.clear()
         told, replies.on_write = replies.on_write, []
         for on_write in told:
             on_write()  # a deadline over that call counts Redis's time from here

@@ -16,7 +16,7 @@ from ..api.payloads import json_response, read_json
 from ..api.query import bad_field
 from ..auth.sessions import SESSION
 from ..keys import REDIS
-from .ledger import account_key, iso, now, text
+from .ledger import account_key, call_key, iso, now, text
 
 MAX_COLLECTIONS: Final = 100
 MAX_NAME: Final = 50
@@ -46,8 +46,8 @@ class Collections:
     async def _run(self, account_id: str, *args: str | int, once: bool = False) -> None:
         """Run an action; `once` for one a retry must not redo (collections.lua)."""
         keys = [account_key(account_id)]
-        if once:  # the call's own key, where its outcome is kept for a retry
-            keys.append(f"{keys[0]}:call:{secrets.token_hex(8)}")
+        if once:
+            keys.append(call_key(account_id))
         reply = await self._script(keys=keys, args=list(args))
         outcome = text(reply[0])
         if outcome == "NOT_FOUND":

@@ -28,6 +28,13 @@ def account_key(account_id: str) -> str:
     return f"studio:acct:{{{account_id}}}"
 
 
+def call_key(account_id: str) -> str:
+    """Name a key in an account's slot for one call's reply, kept for its retry
+    (the store's client retries a call whose reply was lost; Redis may have
+    run it)."""
+    return f"{account_key(account_id)}:call:{secrets.token_hex(8)}"
+
+
 def events_channel(account_id: str) -> str:
     """Name the pub/sub channel of an account's live events."""
     return f"studio:events:{account_id}"

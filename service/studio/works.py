@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Any, Final
 from redis.asyncio import Redis
 
 from ..square.feed import SquareStore, Work
-from .ledger import account_key, iso, now, text
+from .ledger import account_key, call_key, iso, now, text
 
 _SCRIPT: Final = (Path(__file__).parent / "lua" / "works.lua").read_text()
 _MARK: Final = (Path(__file__).parent / "lua" / "favmark.lua").read_text()
@@ -81,8 +80,8 @@ class WorkStore:
     async def _run(self, owner: str, *args: str | int, once: bool = False) -> list[Any]:
         """Run an action; `once` for one a retry must not redo (works.lua)."""
         keys = [account_key(owner)]
-        if once:  # the call's own key, where its reply is kept for a retry
-            keys.append(f"{keys[0]}:call:{secrets.token_hex(8)}")
+        if once:
+            keys.append(call_key(owner))
         reply = await self._script(keys=keys, args=list(args))
         if text(reply[0]) == "NOT_FOUND":
             raise WorkNotFound
