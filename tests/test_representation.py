@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
 from collections.abc import AsyncIterator
 
 import pytest
-from aiohttp import web, web_response
+from aiohttp import hdrs, web, web_response
 from aiohttp.test_utils import TestServer
 
 from service.web.headers import SecurityHeaders
@@ -15,10 +16,13 @@ from service.web.representation import (
     DirectResponse,
     PreparedResponse,
     Variant,
+    json_head,
     prepare,
 )
 
 _DATE = re.compile(rb"\r\nDate: [^\r]*\r\n")
+# How a direct answer's own headers are given (see _answered).
+SHAPES = ("dict", "head", "dated")
 
 
 def _variant() -> Variant:
@@ -38,14 +42,24 @@ def _denial() -> Variant:
     return Variant(body=b'{"error": "RATE_LIMITED"}', headers=headers, status=429)
 
 
-def _answered(kind: type[web.Response], status: int) -> web.Response:
-    """An /api JSON answer as its handler and the layers leave it."""
-    response = kind(
-        status=status,
-        body='{"items": ["流光"]}'.encode(),
-        content_type="application/json",
-        headers={"Cache-Control": "no-store"},
-    )
+def _answered(
+    kind: type[web.Response], status: int, shape: str = "dict"
+) -> web.Response:
+    """An /api JSON answer as its handler and the layers leave it.
+
+    Its own headers are given as a dict and a content type, as json_head
+    builds them once, or with a Date of the handler's own (aiohttp's path).
+    """
+    body = '{"items": ["流光"]}'.encode()
+    if shape == "head":
+        response = kind(status=status, body=body, headers=json_head("no-store"))
+    else:
+        headers = {"Cache-Control": "no-store"}
+        if shape == "dated":
+            headers["Date"] = "Sun, 06 Nov 1994 08:49:37 GMT"
+        response = kind(
+            status=status, body=body, content_type="application/json", headers=headers
+        )
     response.headers.update({"RateLimit-Policy": '"a";q=9;w=60', "RateLimit": "x"})
     response.headers["X-Content-Type-Options"] = "nosniff"
     return response
@@ -64,17 +78,21 @@ async def server() -> AsyncIterator[TestServer]:
 
         app.router.add_get(f"/fast{name}", fast)
         app.router.add_get(f"/plain{name}", plain)
-    for status in (200, 202, 429):
+    for status, shape in itertools.product((200, 202, 429), SHAPES):
 
-        async def direct(request: web.Request, s: int = status) -> web.Response:
-            return _answered(DirectResponse, s)
+        async def direct(
+            request: web.Request, s: int = status, h: str = shape
+        ) -> web.Response:
+            return _answered(DirectResponse, s, h)
 
-        async def aiohttps(request: web.Request, s: int = status) -> web.Response:
-            return _answered(web.Response, s)
+        async def aiohttps(
+            request: web.Request, s: int = status, h: str = shape
+        ) -> web.Response:
+            return _answered(web.Response, s, h)
 
         for method in ("GET", "POST", "DELETE"):
-            app.router.add_route(method, f"/fast-direct{status}", direct)
-            app.router.add_route(method, f"/plain-direct{status}", aiohttps)
+            app.router.add_route(method, f"/fast-{shape}{status}", direct)
+            app.router.add_route(method, f"/plain-{shape}{status}", aiohttps)
     test_server = TestServer(app)
     await test_server.start_server()
     yield test_server
@@ -170,12 +188,46 @@ async def test_a_header_with_a_line_break_is_refused_when_the_head_is_built() ->
     ],
     ids=["get", "head", "post", "delete", "close", "http10", "http10-keep-alive"],
 )
+@pytest.mark.parametrize("shape", SHAPES)
 async def test_a_direct_response_sends_the_bytes_aiohttp_would(
-    server: TestServer, template: bytes, status: int
+    server: TestServer, template: bytes, status: int, shape: str
 ) -> None:
-    fast, plain = await _both(
-        server, template.replace(b"PATH", b"PATH-direct%d" % status)
-    )
+    path = b"PATH-%s%d" % (shape.encode(), status)
+    fast, plain = await _both(server, template.replace(b"PATH", path))
     assert fast == plain
     assert fast.startswith(b"HTTP/1.")
     assert b"Content-Length: " in fast
+
+
+@pytest.mark.parametrize(
+    ("template", "direct"),
+    [
+        (b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n", True),
+        (b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n", True),
+        (b"HEAD /a HTTP/1.1\r\nHost: x\r\n\r\n", False),
+        (b"GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", False),
+        (b"GET /a HTTP/1.0\r\nHost: x\r\n\r\n", False),
+    ],
+    ids=["get", "post", "head", "close", "http10"],
+)
+async def test_the_common_path_writes_the_head_without_aiohttps_own_steps(
+    template: bytes, direct: bool
+) -> None:
+    # aiohttp's own path adds Content-Length, Date and Server to the headers
+    # before serializing them; the direct one writes those lines itself.
+    sent: list[web.Response] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        sent.append(_answered(DirectResponse, 200, "head"))
+        return sent[-1]
+
+    app = web.Application()
+    app.router.add_route("*", "/a", handler)
+    test_server = TestServer(app)
+    await test_server.start_server()
+    try:
+        answer = await _exchange(test_server, template)
+    finally:
+        await test_server.close()
+    assert re.match(rb"HTTP/1\.[01] 200 OK\r\n", answer)
+    assert (hdrs.DATE not in sent[0].headers) is direct

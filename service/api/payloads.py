@@ -14,7 +14,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestPayloadError
 
 from ..web.hardening import close_after_response
-from ..web.representation import DirectResponse
+from ..web.representation import DirectResponse, json_head
 from .codings import body_coding, decode_body
 from .errors import ApiError
 
@@ -123,14 +123,13 @@ def _refuse_lone_surrogates(data: Any, fields: Set[str]) -> None:
                 pending += item
 
 
+_NO_STORE_JSON: Final = json_head("no-store")
+
+
 def json_response(data: Any, *, status: int = 200) -> web.Response:
     """Answer JSON that no cache may keep."""
-    return DirectResponse(
-        status=status,
-        body=json.dumps(data, ensure_ascii=False).encode(),
-        content_type="application/json",
-        headers={"Cache-Control": "no-store"},
-    )
+    body = json.dumps(data, ensure_ascii=False).encode()
+    return DirectResponse(status=status, body=body, headers=_NO_STORE_JSON)
 
 
 _IDEMPOTENCY_KEY: Final = re.compile(r"[\x21-\x7e]{1,255}")

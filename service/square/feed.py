@@ -25,7 +25,7 @@ from ..api.query import read_limit
 from ..auth.sessions import anonymous
 from ..limits.keys import DEGRADED, READ_ALONG
 from ..store.deadline import within
-from ..web.representation import DirectResponse
+from ..web.representation import DirectResponse, json_head
 
 # All square keys share one hash tag, so every write is one atomic step on Cluster too.
 PREFIX: Final = "studio:square:{square}"
@@ -365,12 +365,11 @@ def _now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+_HEAD: Final = json_head(CACHE_CONTROL)
+
+
 def _json(body: bytes) -> web.Response:
-    return DirectResponse(
-        body=body,
-        content_type="application/json",
-        headers={"Cache-Control": CACHE_CONTROL},
-    )
+    return DirectResponse(body=body, headers=_HEAD)
 
 
 def _version(request: web.Request) -> int | None:

@@ -13,6 +13,7 @@ from aiohttp.abc import AbstractStreamWriter
 from aiohttp.helpers import rfc822_formatted_time
 from aiohttp.http import HttpVersion11
 from aiohttp.http_writer import StreamWriter, _serialize_headers as serialize_headers
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from .headers import SecurityHeaders
 from .negotiation import accepts_gzip
@@ -90,10 +91,27 @@ def _direct_writer(
         or response._chunked
         or not isinstance(writer, StreamWriter)
         or writer._on_headers_sent is not None
-        or any(app.on_response_prepare for app in request.match_info.apps)
     ):
         return None
+    for app in request.match_info.apps:  # a loop, not any(): no generator a request
+        if app.on_response_prepare:
+            return None
     return writer
+
+
+# Date and Server, the last two lines of every head, for the current second.
+_TAIL: list[tuple[str, bytes]] = [("", b"")]
+
+
+def _date_and_server() -> bytes:
+    """Return the head's Date and Server lines and its end, built once a second."""
+    date = rfc822_formatted_time()
+    cached = _TAIL[0]
+    if cached[0] is date or cached[0] == date:
+        return cached[1]
+    tail = f"Date: {date}\r\nServer: {_server()}\r\n\r\n".encode()
+    _TAIL[0] = (date, tail)
+    return tail
 
 
 def _hand_head(
@@ -147,9 +165,11 @@ class DirectResponse(web.Response):
     Content-Length, Date and Server and serialize the head: `GET /api/square`
     took 64.2 µs of `serve`'s CPU a request through it and 60.6 this way. On
     the common path (a kept-alive HTTP/1.1 request with a body, no
-    response-prepare signals) this adds the same headers in the same order
-    and serializes them as aiohttp does; anything else takes aiohttp's own
-    path. tests/test_representation.py holds the two paths to the same bytes.
+    response-prepare signals) this writes the same lines in the same order:
+    the answer's own headers serialized as aiohttp does, then Content-Length,
+    and Date and Server built once a second (5.7 -> 4.4 µs a `_start`, timed
+    in `serve`). Anything else takes aiohttp's own path.
+    tests/test_representation.py holds the two paths to the same bytes.
     """
 
     __slots__ = ()
@@ -157,27 +177,43 @@ class DirectResponse(web.Response):
     async def _start(self, request: web.BaseRequest) -> AbstractStreamWriter:
         writer = _direct_writer(self, request)
         body = self._body
+        headers = self._headers
         if (
             writer is None
             or request.method == hdrs.METH_HEAD
             or self._must_be_empty_body
             or not isinstance(body, bytes)
             or not body
+            or hdrs.CONTENT_TYPE not in headers
+            or hdrs.CONTENT_LENGTH in headers
+            or hdrs.DATE in headers
+            or hdrs.SERVER in headers
         ):
             return await super()._start(request)
-        headers = self._headers
-        # As Response._start, then StreamResponse._prepare_headers, add them.
-        if hdrs.CONTENT_LENGTH not in headers:
-            headers[hdrs.CONTENT_LENGTH] = str(len(body))
-        length = self.content_length
-        if length != 0:
-            headers.setdefault(hdrs.CONTENT_TYPE, "application/octet-stream")
-        if hdrs.DATE not in headers:
-            headers[hdrs.DATE] = rfc822_formatted_time()
-        headers.setdefault(hdrs.SERVER, _server())
-        status_line = f"HTTP/1.1 {self._status} {self._reason}"
-        head = serialize_headers(status_line, headers)
+        # aiohttp's Response._start, then StreamResponse._prepare_headers, add
+        # Content-Length, Date and Server after the others: the same lines here,
+        # the last two built once a second, none added to the headers.
+        length = len(body)
+        head = b"".join(
+            (
+                serialize_headers(f"HTTP/1.1 {self._status} {self._reason}", headers)[
+                    :-2
+                ],
+                b"Content-Length: %d\r\n" % length,
+                _date_and_server(),
+            )
+        )
         return _hand_head(self, request, writer, head, length)
+
+
+def json_head(cache_control: str) -> CIMultiDictProxy[str]:
+    """Build a JSON answer's own headers once: a Response copies them, which
+    costs less than building them from a dict and a content type each time."""
+    return CIMultiDictProxy(
+        CIMultiDict(
+            {hdrs.CACHE_CONTROL: cache_control, hdrs.CONTENT_TYPE: "application/json"}
+        )
+    )
 
 
 @dataclass(frozen=True, slots=True)
