@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,17 +136,24 @@ def compare(ours: Target, base: Target, args: argparse.Namespace) -> dict[str, f
     }
 
 
-def arguments(description: str | None) -> argparse.Namespace:
-    """Parse the options every benchmark takes."""
+def arguments(description: str | None, **counts: int) -> argparse.Namespace:
+    """Parse the options every benchmark takes, and its own counts (name=default)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--pairs", type=int, default=9)
     parser.add_argument("--seconds", type=int, default=2)
     parser.add_argument("--connections", type=int, default=32)
+    for name, default in counts.items():
+        parser.add_argument(f"--{name}", type=int, default=default)
     args = parser.parse_args()
     args.non_2xx = False
     if not shutil.which("wrk"):
         sys.exit("wrk is needed: apt-get install wrk")
     return args
+
+
+def medians(rows: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Return each figure's median over several rows (of fresh processes each)."""
+    return {name: statistics.median(row[name] for row in rows) for name in rows[0]}
 
 
 def report(title: str, rows: Mapping[str, Mapping[str, float]]) -> None:
