@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,7 +39,13 @@ from .browser_support import (
 )
 from .conftest import GENEROUS_LIMITS, TEST_SECRET
 from .ports import free_port
-from .workbench import new_address, sign_in as sign_in_api, wait_for_status
+from .processes import studio_environ
+from .workbench import (
+    new_address,
+    sign_in as sign_in_api,
+    studio_command,
+    wait_for_status,
+)
 
 if not CHROMIUM.exists():
     pytest.skip(SKIP_REASON, allow_module_level=True)
@@ -58,6 +65,7 @@ class Stage:
     client: Client
     mail: MailCatcher
     work: dict[str, Any]
+    media: Path
     axe: dict[str, Any] = field(default_factory=dict)
 
     async def context_page(
@@ -81,6 +89,7 @@ async def stage(
     await redis.aclose()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    media = tmp_path_factory.mktemp("safety") / "media"
     settings = load_settings(
         {
             **GENEROUS_LIMITS,
@@ -92,7 +101,7 @@ async def stage(
             "STUDIO_DEMO_UPSTREAM": "1",
             "STUDIO_DEMO_SECONDS": "0.5",
             "STUDIO_SQUARE_READ_BUDGET": "1",
-            "STUDIO_MEDIA_DIR": str(tmp_path_factory.mktemp("safety") / "media"),
+            "STUDIO_MEDIA_DIR": str(media),
         }
     )
     client: Client = TestClient(
@@ -115,7 +124,9 @@ async def stage(
             browser = await playwright.chromium.launch(
                 executable_path=str(CHROMIUM), args=CHROMIUM_ARGS
             )
-            yield Stage(url, redis_server.url, browser, client, mail_server, work)
+            yield Stage(
+                url, redis_server.url, browser, client, mail_server, work, media
+            )
             await browser.close()
     finally:
         await client.close()
@@ -172,6 +183,55 @@ async def test_a_visitor_reports_a_square_work_with_the_keyboard(stage: Stage) -
     assert (record["work"], record["field"]) == (stage.work["id"], "sexual")
     assert record["text"] == "Shows a real person without consent"
     assert record["report"] in (await done.text_content() or "")
+    await page.context.close()
+    seen.assert_clean()
+
+
+async def test_a_reporter_sees_in_the_dialog_how_each_report_was_decided(
+    stage: Stage,
+) -> None:
+    """This browser's reports, received then decided; an unknown id is dropped."""
+    page, seen = await stage.context_page()
+    await page.goto(f"{stage.url}/studio")
+    forged = "A" * 20  # kept by this browser, unknown to the server
+    seen.expect_status(404, f"/api/reports/{forged}")
+    await page.evaluate(
+        "(id) => localStorage.setItem('studio.reports', JSON.stringify([id]))", forged
+    )
+    await _open_the_work(stage, page)
+    viewer, dialog = page.locator("#viewer"), page.locator("#report")
+    await viewer.get_by_role("button", name="Report").click()
+    mine = page.locator("#r-mine-list > li")
+    await expect(dialog.get_by_role("heading", name="Your reports")).to_be_hidden()
+    await page.locator("#r-reason").fill("Copies my photograph")
+    await dialog.get_by_role("button", name="Send report").click()
+    await expect(page.locator("#r-done-text")).to_contain_text("number ")
+    await expect(mine).to_have_count(1)
+    rid = await mine.get_attribute("data-report")
+    assert rid is not None
+    assert rid in (await page.locator("#r-done-text").text_content() or "")
+    await expect(mine).to_contain_text(f"Number {rid}: received ")
+    await expect(mine).to_contain_text(", to be decided by ")
+    stored = await page.evaluate("() => localStorage.getItem('studio.reports')")
+    assert stored == f'["{rid}"]'  # the forged id forgotten
+    await page.keyboard.press("Escape")
+
+    environ = studio_environ(
+        STUDIO_REDIS_URL=stage.redis_url,
+        STUDIO_SECRET_KEY=TEST_SECRET,
+        STUDIO_MEDIA_DIR=str(stage.media),
+    )
+    done = await studio_command(
+        "reports", "resolve", rid, "keep", "--note", "own work", environ=environ
+    )
+    assert done.returncode == 0, done.stderr
+    await viewer.get_by_role("button", name="Report").click()
+    await expect(mine).to_have_count(1)
+    await expect(mine).to_contain_text(f"Number {rid}: decided ")
+    await expect(mine).to_contain_text(", the work stays")
+    await expect(dialog.get_by_role("heading", name="Your reports")).to_be_visible()
+    await screenshot(page, "report-decided")
+    await assert_accessible(page, "report-decided", stage.axe)
     await page.context.close()
     seen.assert_clean()
 

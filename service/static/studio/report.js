@@ -1,7 +1,13 @@
-// The report dialog: anyone, signed in or not, reports a work in the square.
-import { $, $$ } from './dom.js';
-import { t } from './i18n.js';
-import { post, describe } from './api.js';
+// The report dialog: anyone, signed in or not, reports a work in the square,
+// and sees how the reports sent from this browser were decided.
+import { $, $$, h } from './dom.js';
+import { t, formatDate, onLang } from './i18n.js';
+import { get, post, describe } from './api.js';
+
+// A report's id is its reporter's only handle (no account needed): this
+// browser keeps the last few, newest first.
+const KEPT = 'studio.reports';
+const MAX_KEPT = 10;
 
 const dialog = $('#report');
 const form = $('#r-form');
@@ -20,6 +26,45 @@ export function openReport(target, origin) {
   errorBox.textContent = '';
   dialog.showModal();
   $('input[name="category"]:checked', form).focus();
+  showMine();
+}
+
+function kept() {
+  try {
+    const ids = JSON.parse(localStorage.getItem(KEPT) || '[]');
+    return Array.isArray(ids) ? ids.filter((id) => /^[A-Za-z0-9]{20}$/.test(id)) : [];
+  } catch { return []; }
+}
+
+function keep(ids) {
+  try { localStorage.setItem(KEPT, JSON.stringify(ids.slice(0, MAX_KEPT))); } catch { /* this page only */ }
+}
+
+function described(report) {
+  if (report.status !== 'decided') {
+    return t('report_mine_received', {
+      id: report.id, created: formatDate(report.created_at), due: formatDate(report.due_at),
+    });
+  }
+  const key = report.outcome === 'removed' ? 'report_mine_removed' : 'report_mine_kept';
+  return t(key, { id: report.id, decided: formatDate(report.decided_at) });
+}
+
+/** List this browser's reports with how each stands; forget those the server no longer has. */
+async function showMine() {
+  const ids = kept();
+  const section = $('#r-mine');
+  const list = $('#r-mine-list');
+  const answers = await Promise.all(ids.map(async (id) => {
+    try { return { id, report: await get(`/reports/${id}`) }; } catch (error) {
+      return { id, gone: error.status === 404 };
+    }
+  }));
+  const known = answers.filter((answer) => !answer.gone);
+  if (known.length !== ids.length) keep(known.map((answer) => answer.id));
+  list.replaceChildren(...known.map(({ id, report }) => h('li', { dataset: { report: id } },
+    report ? described(report) : t('report_mine_unknown', { id }))));
+  section.hidden = known.length === 0;
 }
 
 form.addEventListener('submit', async (event) => {
@@ -40,6 +85,8 @@ form.addEventListener('submit', async (event) => {
     done.hidden = false;
     $('#r-done-text').textContent = t('report_done', { id: answer.id });
     $('button', done).focus();
+    keep([answer.id, ...kept().filter((id) => id !== answer.id)]);
+    showMine();
   } catch (error) {
     errorBox.textContent = describe(error);
   } finally {
@@ -50,3 +97,4 @@ form.addEventListener('submit', async (event) => {
 for (const button of $$('[data-close]', dialog)) button.addEventListener('click', () => dialog.close());
 dialog.addEventListener('close', () => { if (opener?.isConnected) opener.focus(); });
 $('#r-reason').addEventListener('input', () => { errorBox.textContent = ''; });
+onLang(() => { if (dialog.open) showMine(); });
