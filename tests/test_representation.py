@@ -159,12 +159,26 @@ async def test_the_cached_head_is_rebuilt_when_its_second_has_passed() -> None:
     variant = _variant()
     first = variant.head()
     assert variant.head() is first  # the same second: the same bytes object
-    variant._head[0] = ("Thu, 01 Jan 1970 00:00:00 GMT", b"stale")
+    variant._head[0] = (b"Date: Thu, 01 Jan 1970 00:00:00 GMT\r\n", b"stale")
     fresh = variant.head()
     assert fresh.startswith(b"HTTP/1.1 200 OK\r\n")
     server_name = vars(web_response)["SERVER_SOFTWARE"]
     assert f"Server: {server_name}\r\n".encode() in fresh
     assert b"Thu, 01 Jan 1970" not in fresh
+
+
+@pytest.mark.parametrize("kind", ["prepared", "direct"])
+async def test_a_renamed_server_is_named_at_once_not_a_second_later(
+    server: TestServer, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    # hardening.py renames Server at start-up; tests rename it within a second.
+    path = b"/fast" if kind == "prepared" else b"/fast-head200"
+    request = b"GET %s HTTP/1.1\r\nHost: x\r\n\r\n" % path
+    before = await _exchange(server, request)
+    monkeypatch.setattr(web_response, "SERVER_SOFTWARE", "renamed-now")
+    after = await _exchange(server, request)
+    assert b"\r\nServer: renamed-now\r\n" not in before
+    assert b"\r\nServer: renamed-now\r\n" in after
 
 
 async def test_a_header_with_a_line_break_is_refused_when_the_head_is_built() -> None:

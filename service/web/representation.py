@@ -34,9 +34,9 @@ class Variant:
     headers: Mapping[str, str]
     not_modified: Mapping[str, str] = field(default_factory=dict)
     status: int = 200
-    # The serialized head for the current Date: (date, bytes).
-    _head: list[tuple[str, bytes]] = field(
-        default_factory=lambda: [("", b"")], compare=False, repr=False
+    # The serialized head and the Date and Server lines it was built with.
+    _head: list[tuple[bytes, bytes]] = field(
+        default_factory=lambda: [(b"", b"")], compare=False, repr=False
     )
 
     @property
@@ -51,21 +51,17 @@ class Variant:
         our headers in order, then Content-Length, Date and Server, as its
         Response._start and _prepare_headers add them.
         """
-        date = rfc822_formatted_time()
+        tail = _date_and_server()
         cached = self._head[0]
-        if cached[0] == date:
+        if cached[0] is tail:  # the same second, the same Server
             return cached[1]
         lines = [f"{name}: {value}" for name, value in self.headers.items()]
-        lines += [
-            f"Content-Length: {len(self.body)}",
-            f"Date: {date}",
-            f"Server: {_server()}",
-        ]
+        lines.append(f"Content-Length: {len(self.body)}")
         if any("\r" in line or "\n" in line for line in lines):
             raise ValueError("a prepared header holds a line break")
         status = f"HTTP/1.1 {self.status} {HTTPStatus(self.status).phrase}"
-        data = ("\r\n".join([status, *lines]) + "\r\n\r\n").encode()
-        self._head[0] = (date, data)
+        data = ("\r\n".join([status, *lines]) + "\r\n").encode() + tail
+        self._head[0] = (tail, data)
         return data
 
 
@@ -99,18 +95,19 @@ def _direct_writer(
     return writer
 
 
-# Date and Server, the last two lines of every head, for the current second.
-_TAIL: list[tuple[str, bytes]] = [("", b"")]
+# Date and Server, the last two lines of every head: (date, server, the lines).
+_TAIL: list[tuple[str, str, bytes]] = [("", "", b"")]
 
 
 def _date_and_server() -> bytes:
-    """Return the head's Date and Server lines and its end, built once a second."""
-    date = rfc822_formatted_time()
+    """Return the head's Date and Server lines and its end, built once a second
+    (and again if the Server name changed: hardening.py renames it)."""
+    date, server = rfc822_formatted_time(), _server()
     cached = _TAIL[0]
-    if cached[0] is date or cached[0] == date:
-        return cached[1]
-    tail = f"Date: {date}\r\nServer: {_server()}\r\n\r\n".encode()
-    _TAIL[0] = (date, tail)
+    if cached[0] == date and cached[1] == server:
+        return cached[2]
+    tail = f"Date: {date}\r\nServer: {server}\r\n\r\n".encode()
+    _TAIL[0] = (date, server, tail)
     return tail
 
 
