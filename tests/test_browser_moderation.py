@@ -8,6 +8,7 @@ person sees a blocked prompt explained.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, Route, async_playwright, expect
 from redis.asyncio import Redis
 
 from service.app import create_app
@@ -198,6 +199,17 @@ async def test_a_reporter_sees_in_the_dialog_how_each_report_was_decided(
     await page.evaluate(
         "(id) => localStorage.setItem('studio.reports', JSON.stringify([id]))", forged
     )
+    # The listing made when the dialog opens hears of the forged id only after
+    # the report is sent (a slow network): it must not forget the new one.
+    release, asked = asyncio.Event(), []
+
+    async def held_once(route: Route) -> None:
+        asked.append(route.request.url)
+        if len(asked) == 1:
+            await release.wait()
+        await route.continue_()
+
+    await page.route(f"**/api/reports/{forged}", held_once)
     await _open_the_work(stage, page)
     viewer, dialog = page.locator("#viewer"), page.locator("#report")
     await viewer.get_by_role("button", name="Report").click()
@@ -206,6 +218,11 @@ async def test_a_reporter_sees_in_the_dialog_how_each_report_was_decided(
     await page.locator("#r-reason").fill("Copies my photograph")
     await dialog.get_by_role("button", name="Send report").click()
     await expect(page.locator("#r-done-text")).to_contain_text("number ")
+    await expect(mine).to_have_count(1)
+    release.set()
+    await page.wait_for_function(
+        "() => !localStorage.getItem('studio.reports').includes('AAAA')"
+    )
     await expect(mine).to_have_count(1)
     rid = await mine.get_attribute("data-report")
     assert rid is not None

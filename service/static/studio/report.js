@@ -50,21 +50,24 @@ function described(report) {
   return t(key, { id: report.id, decided: formatDate(report.decided_at) });
 }
 
+let shown = 0; // the latest listing: an earlier one answered late draws nothing
+
 /** List this browser's reports with how each stands; forget those the server no longer has. */
 async function showMine() {
-  const ids = kept();
-  const section = $('#r-mine');
-  const list = $('#r-mine-list');
-  const answers = await Promise.all(ids.map(async (id) => {
+  const turn = ++shown;
+  const answers = await Promise.all(kept().map(async (id) => {
     try { return { id, report: await get(`/reports/${id}`) }; } catch (error) {
       return { id, gone: error.status === 404 };
     }
   }));
+  // Forget only what the server said it lacks: a report sent meanwhile stays.
+  const gone = new Set(answers.filter((answer) => answer.gone).map((answer) => answer.id));
+  if (gone.size) keep(kept().filter((id) => !gone.has(id)));
+  if (turn !== shown) return;
   const known = answers.filter((answer) => !answer.gone);
-  if (known.length !== ids.length) keep(known.map((answer) => answer.id));
-  list.replaceChildren(...known.map(({ id, report }) => h('li', { dataset: { report: id } },
+  $('#r-mine-list').replaceChildren(...known.map(({ id, report }) => h('li', { dataset: { report: id } },
     report ? described(report) : t('report_mine_unknown', { id }))));
-  section.hidden = known.length === 0;
+  $('#r-mine').hidden = known.length === 0;
 }
 
 form.addEventListener('submit', async (event) => {
