@@ -108,6 +108,7 @@ def _best(run: Callable[[], object]) -> float:
     return min(timeit.repeat(run, number=200, repeat=7))
 
 
+@pytest.mark.timing  # a wall-clock ratio: run alone, after the parallel part
 def test_the_surrogate_check_is_nearly_free_on_what_browsers_send() -> None:
     """Submit is a hot path: a 13 KiB UTF-8 body costs a tenth of json.loads."""
     text = json.dumps({"prompt": "一只猫坐在窗台上 " * 540}, ensure_ascii=False)
