@@ -254,12 +254,25 @@ async def test_a_reporter_sees_in_the_dialog_how_each_report_was_decided(
 
 
 async def test_the_report_dialog_fits_a_phone_in_chinese(stage: Stage) -> None:
-    """At 360 px, in Chinese: the categories stack, nothing overflows, axe is clean."""
+    """At 360 px, in Chinese: the categories stack, nothing overflows, axe is clean,
+    with one earlier report listed under the form."""
+    filed = await stage.client.post(
+        f"/api/square/{stage.work['id']}/report",
+        json={"reason": "与我的作品雷同", "category": "infringement"},
+    )
+    assert filed.status == 202
+    rid = (await filed.json())["id"]
     page, seen = await stage.context_page(MOBILE, "zh-CN")
     await _open_the_work(stage, page)
+    await page.evaluate(
+        "(id) => localStorage.setItem('studio.reports', JSON.stringify([id]))", rid
+    )
     await page.locator("#viewer").get_by_role("button", name="举报").click()
     dialog = page.locator("#report")
     await expect(dialog).to_contain_text("24 小时内处理")
+    await expect(page.locator("#r-mine-list > li")).to_contain_text(
+        f"编号 {rid}：已受理"
+    )
     width = await page.evaluate("() => document.documentElement.scrollWidth")
     assert width <= 360
     box = await dialog.bounding_box()
@@ -268,6 +281,15 @@ async def test_the_report_dialog_fits_a_phone_in_chinese(stage: Stage) -> None:
     assert box["x"] + box["width"] <= 360
     await screenshot(page, "report-zh")
     await assert_accessible(page, "report-zh-mobile", stage.axe)
+    # The list is below the form: the dialog scrolls to it, and it fits too.
+    listed = page.locator("#r-mine-list > li")
+    await listed.scroll_into_view_if_needed()
+    await expect(listed).to_be_in_viewport()
+    item = await listed.bounding_box()
+    assert item is not None
+    assert box["x"] <= item["x"]
+    assert item["x"] + item["width"] <= box["x"] + box["width"]
+    await screenshot(page, "report-zh-listed")
     await page.context.close()
     seen.assert_clean()
 
