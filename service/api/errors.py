@@ -5,27 +5,19 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from http import HTTPStatus
 from typing import Any, Final
 
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler
 from redis.exceptions import RedisClusterException, RedisError
 
+from ..web.error_codes import ERROR_CODES, error_code
 from ..web.headers import SecurityHeaders
 from ..web.representation import Representation
 from .boundary import API_PREFIX, ApiBoundary
 
 _LOGGER: Final = logging.getLogger(__name__)
 
-_CODES: Final = {
-    400: "BAD_REQUEST",
-    404: "NOT_FOUND",
-    405: "METHOD_NOT_ALLOWED",
-    413: "PAYLOAD_TOO_LARGE",
-    415: "UNSUPPORTED_MEDIA_TYPE",
-    500: "INTERNAL_ERROR",
-}
 # How long a client should wait when the store is unreachable.
 UNAVAILABLE_RETRY_AFTER: Final = "5"
 # The name of the catch-all route that answers what no other route took.
@@ -62,11 +54,6 @@ def client_gone(request: web.BaseRequest) -> bool:
     """Tell whether the request's connection has closed (the client left)."""
     transport = request.transport
     return transport is None or transport.is_closing()
-
-
-def error_code(status: int) -> str:
-    """Name the error code of a status we did not raise ourselves."""
-    return _CODES.get(status) or HTTPStatus(status).name
 
 
 def json_error(
@@ -133,7 +120,7 @@ def setup_errors(api: ApiBoundary) -> None:
                 _LOGGER.exception(
                     "Unhandled error on %s %s", request.method, request.rel_url.path
                 )
-                return json_error(500, _CODES[500])
+                return json_error(500, ERROR_CODES[500])
 
         return answered
 
@@ -169,7 +156,7 @@ def fallback_handler(
         status = 405 if allowed else 404
         path = request.path
         if path == API_PREFIX or path.startswith(JSON_PREFIXES):
-            return json_error(status, _CODES[status], {**json_headers, **extra})
+            return json_error(status, ERROR_CODES[status], {**json_headers, **extra})
         page = pages[status]
         headers = {**page.headers, **extra}
         return web.Response(status=status, body=page.body, headers=headers)

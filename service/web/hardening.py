@@ -27,13 +27,14 @@ import resource
 import time
 import warnings
 from collections.abc import Callable
-from http import HTTPStatus
 from typing import Any, Final
 
 from aiohttp import web, web_response
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.multipart import BadContentDispositionHeader, BadContentDispositionParam
 from aiohttp.web_protocol import RequestHandler
+
+from .error_codes import error_code
 
 # An idle connection, or one still sending its request line and headers, is
 # closed after this long. The front proxy keeps its upstream connections idle
@@ -55,9 +56,6 @@ SERVER_NAME: Final = "liuguang-studio"
 # Linux refuses a soft limit above fs.nr_open (1048576 by default).
 _MAX_OPEN_FILES: Final = 1 << 20
 
-# aiohttp's own answers (a request it cannot parse: 400; a crash outside the
-# /api boundary: 500) carry the codes the boundary gives these statuses.
-_OWN_ERROR_CODES: Final = {400: "BAD_REQUEST", 500: "INTERNAL_ERROR"}
 _OWN_ERROR_HEADERS: Final = {
     "Cache-Control": "no-store",
     "X-Content-Type-Options": "nosniff",
@@ -144,7 +142,8 @@ def answer_own_errors_in_json() -> None:
         message: str | None = None,
     ) -> web.StreamResponse:
         handle_error(self, request, status, exc, message)
-        code = _OWN_ERROR_CODES.get(status) or HTTPStatus(status).name
+        # The code the /api boundary gives the same status (400, 500).
+        code = error_code(status)
         response = web.Response(
             status=status,
             body=json.dumps({"error": code}).encode(),
