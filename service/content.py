@@ -124,6 +124,15 @@ class Content:
     workflows: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     # The style presets of Create, in the order of presets.toml (none without it).
     presets: tuple[Preset, ...] = ()
+    # The models by id, built once: a submit looks its model up.
+    _by_id: Mapping[str, Model] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_id", {model.id: model for model in self.models})
+
+    def model(self, model_id: str) -> Model | None:
+        """Return the model of that id, retired or not, if there is one."""
+        return self._by_id.get(model_id)
 
     @property
     def lastmod(self) -> dt.date:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 import shutil
@@ -198,6 +199,17 @@ def test_the_packaged_content_passes_its_own_checks(
     assert content == load_content()
     assert content.models
     assert content.packs
+
+
+def test_a_model_is_found_by_its_id_in_what_the_content_holds_now() -> None:
+    """The lookup follows the models: a copy with other models finds those."""
+    content = load_content()
+    first, *others = content.models
+    assert content.model(first.id) is first
+    assert content.model("no-such-model") is None
+    fewer = dataclasses.replace(content, models=tuple(others))
+    assert fewer.model(first.id) is None
+    assert fewer.model(others[0].id) is others[0]
 
 
 def test_an_empty_setting_means_the_packaged_content(

@@ -145,8 +145,9 @@ async def _fields(
     its original's (`kept_seed`), on models without a seed control too.
     """
     app = request.app
-    models = {model.id: model for model in app[CONTENT].models}
-    model = models.get(body["model"]) if isinstance(body["model"], str) else None
+    model = (
+        app[CONTENT].model(body["model"]) if isinstance(body["model"], str) else None
+    )
     if model is None:
         raise bad_field("model")
     if refused := model.refused_field(body):

@@ -53,8 +53,8 @@ async def retry(request: web.Request) -> web.StreamResponse:
         raise ApiError(404, "NOT_FOUND")
     if fields["status"] not in RETRYABLE:
         raise ApiError(409, "NOT_RETRYABLE")
-    models = {model.id: model.fields for model in app[CONTENT].models}
-    body = again(fields, models.get(fields["model"], ()))
+    model = app[CONTENT].model(fields["model"])
+    body = again(fields, model.fields if model else ())
     # A key names this retry of this generation: a replay repeats it once.
     idempotency, body_hash = read_idempotency(request, {"retry": gid})
     return await place(

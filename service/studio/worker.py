@@ -118,7 +118,6 @@ class Worker:
         self.works = WorkStore(self.redis, SquareStore(self.redis))
         self._ready = asyncio.Event()  # READY_CHANNEL rang: a job may be waiting
         self._running: dict[str, _Running] = {}
-        self._models = {model.id: model for model in self.content.models}
         self._slots = asyncio.Semaphore(self.settings.worker_concurrency)
         self._last_renewal = 0.0
         self._timings = Timings()
@@ -376,7 +375,7 @@ class Worker:
         self, account: str, gid: str, entry: str, fields: dict[str, str]
     ) -> _Stored:
         """Ask the upstream (retrying transient faults), then store the media."""
-        model = self._models.get(fields["model"])
+        model = self.content.model(fields["model"])
         if model is None:
             raise UpstreamError("UPSTREAM_FAILED", transient=False)
         width, height = _size(fields["size"])
