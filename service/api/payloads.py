@@ -124,11 +124,13 @@ def _refuse_lone_surrogates(data: Any, fields: Set[str]) -> None:
 
 
 _NO_STORE_JSON: Final = json_head("no-store")
+# One encoder for every answer: json.dumps with an option builds one a call.
+_ENCODER: Final = json.JSONEncoder(ensure_ascii=False)
 
 
 def json_response(data: Any, *, status: int = 200) -> web.Response:
     """Answer JSON that no cache may keep."""
-    body = json.dumps(data, ensure_ascii=False).encode()
+    body = _ENCODER.encode(data).encode()
     return DirectResponse(status=status, body=body, headers=_NO_STORE_JSON)
 
 
